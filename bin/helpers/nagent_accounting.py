@@ -1,0 +1,119 @@
+"""Token, cache and cost accounting for runs and conversations.
+
+Data contract: `TokenStats` is a frozen record of counters: turns (model calls), current
+input (the last request's input tokens = the conversation's current size as the model sees
+it), input/output totals, cache-read/cache-write totals, reasoning totals and dollar cost
+(None when any call's model has no known price). `add_result(stats, result, prices)` and
+`add_child(stats, child_totals)` return new records; `as_dict()`/`from_dict()` round-trip
+through the conversation's "stats" records. Prices: per million tokens (input, output,
+cache read, cache write) from `PRICES`, overridable by config `prices.{model}`; an unknown
+model is counted in tokens only — never a guessed price.
+"""
+from dataclasses import asdict, dataclass, fields, replace
+
+# USD per million tokens: (input, output, cache read, cache write).
+PRICES = {
+    "gpt-5.5": (1.25, 10.0, 0.125, 1.25),
+    "gpt-5.5-mini": (0.25, 2.0, 0.025, 0.25),
+    "gpt-5": (1.25, 10.0, 0.125, 1.25),
+    "gpt-5-mini": (0.25, 2.0, 0.025, 0.25),
+    "gpt-4.1": (2.0, 8.0, 0.5, 2.0),
+    "claude-sonnet-4-6": (3.0, 15.0, 0.30, 3.75),
+    "claude-opus-4-6": (5.0, 25.0, 0.50, 6.25),
+    "claude-haiku-4-5": (1.0, 5.0, 0.10, 1.25),
+    "gemini-2.5-flash": (0.30, 2.50, 0.075, 0.30),
+    "gemini-2.5-pro": (1.25, 10.0, 0.31, 1.25),
+    "gemini-2.5-flash-lite": (0.10, 0.40, 0.025, 0.10),
+}
+
+
+@dataclass(frozen=True)
+class TokenStats:
+    turns: int = 0
+    current_input: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    reasoning_tokens: int = 0
+    cost_usd: float | None = 0.0
+    estimated: bool = False
+
+    def as_dict(self):
+        data = asdict(self)
+        data["cost_usd"] = None if self.cost_usd is None else round(self.cost_usd, 6)
+        data["cache_read_share"] = round(self.cache_read_tokens / self.input_tokens, 4) \
+            if self.input_tokens else 0.0
+        return data
+
+    @classmethod
+    def from_dict(cls, data):
+        if not isinstance(data, dict):
+            return cls()
+        known = {f.name for f in fields(cls)}
+        clean = {}
+        for key, value in data.items():
+            if key in known and (value is None or isinstance(value, (int, float, bool))):
+                clean[key] = value
+        return cls(**clean)
+
+
+def price_for(model, config=None):
+    overrides = (config or {}).get("prices") if isinstance(config, dict) else None
+    if isinstance(overrides, dict) and isinstance(overrides.get(model), dict):
+        entry = overrides[model]
+        try:
+            return (float(entry["input"]), float(entry["output"]),
+                    float(entry.get("cache_read", entry["input"])),
+                    float(entry.get("cache_write", entry["input"])))
+        except (KeyError, TypeError, ValueError):
+            return None
+    return PRICES.get(model)
+
+
+def call_cost(result, config=None):
+    """Dollar cost of one call, or None for a model without a known price."""
+    price = price_for(result.model, config) or price_for(getattr(result, "requested_model", ""), config)
+    if price is None:
+        return None
+    uncached = max(0, result.input_tokens - result.cache_read_tokens - result.cache_write_tokens)
+    return (uncached * price[0] + result.output_tokens * price[1]
+            + result.cache_read_tokens * price[2] + result.cache_write_tokens * price[3]) / 1e6
+
+
+def add_cost(total, cost):
+    return None if total is None or cost is None else total + cost
+
+
+def add_result(stats, result, config=None):
+    return replace(
+        stats, turns=stats.turns + 1, current_input=result.input_tokens,
+        input_tokens=stats.input_tokens + result.input_tokens,
+        output_tokens=stats.output_tokens + result.output_tokens,
+        cache_read_tokens=stats.cache_read_tokens + result.cache_read_tokens,
+        cache_write_tokens=stats.cache_write_tokens + result.cache_write_tokens,
+        reasoning_tokens=stats.reasoning_tokens + result.reasoning_tokens,
+        cost_usd=add_cost(stats.cost_usd, call_cost(result, config)),
+        estimated=stats.estimated or result.estimated,
+    )
+
+
+def add_child(stats, child):
+    """Fold a sub-agent's recursive totals (a dict from its --json output) into ours."""
+    other = TokenStats.from_dict(child)
+    return replace(
+        stats, input_tokens=stats.input_tokens + other.input_tokens,
+        output_tokens=stats.output_tokens + other.output_tokens,
+        cache_read_tokens=stats.cache_read_tokens + other.cache_read_tokens,
+        cache_write_tokens=stats.cache_write_tokens + other.cache_write_tokens,
+        reasoning_tokens=stats.reasoning_tokens + other.reasoning_tokens,
+        cost_usd=add_cost(stats.cost_usd, other.cost_usd if "cost_usd" in child else 0.0),
+        estimated=stats.estimated or other.estimated,
+    )
+
+
+def status_line(stats, label=""):
+    cost = "" if stats.cost_usd is None else f" ${stats.cost_usd:.4f}"
+    share = stats.cache_read_tokens / stats.input_tokens if stats.input_tokens else 0.0
+    return (f"{label}turn {stats.turns} | in {stats.input_tokens} out {stats.output_tokens} | "
+            f"cache read {stats.cache_read_tokens} ({share:.0%}) write {stats.cache_write_tokens}{cost}")

@@ -1,0 +1,138 @@
+"""Shared CLI plumbing for every bin/ tool: --description, JSON emission, the wait
+spinner, and the error/exit-code convention.
+
+Data contract:
+- `early_description(argv, text)` returns True after printing `text` (one line) when
+  argv asks for --description; tools call it before building argparse so it stays cheap.
+- `run_main(fn, argv)` calls `fn(argv) -> int`, turning NagentError into one stderr line
+  and its exit code, KeyboardInterrupt into 130, and never showing a traceback.
+- `emit_json(data)` writes one JSON document to stdout (nothing else goes to stdout in
+  --json mode). `redact(text, secrets)` blanks out secret values in any text.
+- `Spinner` draws on stderr only when stderr is a TTY and NAGENT_NO_SPINNER is unset.
+"""
+import json
+import os
+import sys
+import threading
+import time
+
+from nagent_errors import EXIT_CODES, NagentError
+
+
+def early_description(argv, text):
+    if "--description" in argv:
+        sys.stdout.write(text.strip().splitlines()[0] + "\n")
+        return True
+    return False
+
+
+def emit_json(data):
+    sys.stdout.write(json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n")
+    sys.stdout.flush()
+
+
+def secret_values(environ=None):
+    """Values of provider key variables (and *_API_KEY/*_TOKEN) that are long enough to matter."""
+    environ = os.environ if environ is None else environ
+    found = []
+    for name, value in environ.items():
+        upper = name.upper()
+        if value and len(value) >= 6 and (upper.endswith("_API_KEY") or upper.endswith("_TOKEN")
+                                          or upper.endswith("_SECRET")):
+            found.append(value)
+    return sorted(set(found), key=len, reverse=True)
+
+
+def redact(text, secrets=None):
+    if not text:
+        return text
+    for value in secret_values() if secrets is None else secrets:
+        if value in text:
+            text = text.replace(value, "[redacted]")
+    return text
+
+
+def report_error(error):
+    sys.stderr.write(redact(error.line()) + "\n")
+    sys.stderr.flush()
+
+
+def run_main(fn, argv=None):
+    """Run a tool's main body with the shared error convention. Returns the exit code."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        return fn(argv)
+    except NagentError as error:
+        report_error(error)
+        return error.exit_code
+    except KeyboardInterrupt:
+        sys.stderr.write("Error: interrupted\n")
+        return EXIT_CODES["interrupted"]
+    except BrokenPipeError:
+        return EXIT_CODES["failure"]
+
+
+def spinner_enabled(stream=None):
+    stream = sys.stderr if stream is None else stream
+    if os.environ.get("NAGENT_NO_SPINNER", "") not in ("", "0"):
+        return False
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+class Spinner:
+    """A stderr status line redrawn on a thread; a no-op when not on a TTY."""
+    FRAMES = "|/-\\"
+
+    def __init__(self, label="waiting for model", stream=None):
+        self.stream = sys.stderr if stream is None else stream
+        self.label = label
+        self.enabled = spinner_enabled(self.stream)
+        self._stop = threading.Event()
+        self._thread = None
+
+    def set_label(self, label):
+        self.label = label
+
+    def _draw(self):
+        start = time.monotonic()
+        frame = 0
+        while not self._stop.wait(0.1):
+            elapsed = time.monotonic() - start
+            self.stream.write(f"\r{self.FRAMES[frame % 4]} {self.label} {elapsed:4.1f}s\x1b[K")
+            self.stream.flush()
+            frame += 1
+        self.stream.write("\r\x1b[K")
+        self.stream.flush()
+
+    def __enter__(self):
+        if self.enabled:
+            self._thread = threading.Thread(target=self._draw, daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        if self._thread:
+            self._stop.set()
+            self._thread.join()
+        return False
+
+
+def add_provider_flags(parser):
+    """The provider/model/timeouts flags every model-calling tool shares."""
+    parser.add_argument("--provider", help="provider name or alias (see README provider table)")
+    parser.add_argument("--model", help="model name (default: the provider's default model)")
+    parser.add_argument("--connect-timeout", type=float, metavar="SECONDS",
+                        help="connection timeout in seconds")
+    parser.add_argument("--read-timeout", type=float, metavar="SECONDS",
+                        help="read timeout in seconds")
+    parser.add_argument("--max-attempts", type=int, metavar="N",
+                        help="attempts per model call, retries included")
+
+
+def provider_overrides(args):
+    """CLI flags as a settings-override dict (only the flags the user gave)."""
+    keys = ("provider", "model", "connect_timeout", "read_timeout", "max_attempts")
+    return {key: getattr(args, key) for key in keys if getattr(args, key, None) is not None}

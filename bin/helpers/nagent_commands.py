@@ -1,0 +1,78 @@
+"""What `bin/nagent` does for a prompt or a lifecycle flag, as functions returning exit codes.
+
+Data contract: `run_prompt(options)` and `run_lifecycle(chosen, options)` take the parsed
+command line as a plain dict, print the human or JSON output, and return the exit code.
+`read_prompt(words, stdin)` returns (prompt text, source) for argv, piped stdin, or argv
+text followed by stdin when the last word is "-"; no prompt → UsageError.
+"""
+import os
+import sys
+
+from nagent_cli import emit_json, report_error
+from nagent_errors import InputError, NagentError, UsageError
+
+
+def read_stdin(stdin):
+    data = stdin.buffer.read() if hasattr(stdin, "buffer") else stdin.read().encode()
+    return data.decode("utf-8", errors="replace")
+
+
+def read_prompt(words, stdin):
+    if words and words[-1] == "-":
+        head = " ".join(words[:-1]).strip()
+        tail = read_stdin(stdin)
+        text, source = (head + "\n\n" + tail if head else tail), "argv+stdin"
+    elif words:
+        text, source = " ".join(words), "argv"
+    elif stdin is not None and not stdin.isatty():
+        text, source = read_stdin(stdin), "stdin"
+    else:
+        raise UsageError("no prompt", "", 'run nagent "your prompt", pipe one on stdin, or use a '
+                         "lifecycle flag such as --status (see --help)")
+    if not text.strip():
+        raise UsageError("empty prompt", repr(text[:20]), "give the model something to do")
+    return text, source
+
+
+def current_cwd():
+    try:
+        return os.getcwd()
+    except FileNotFoundError:
+        raise InputError("the current directory no longer exists", os.environ.get("PWD", "?"),
+                         "cd to an existing directory")
+
+
+def run_prompt(options):
+    from nagent_loop import run_agent_loop
+    from nagent_session import build_session
+    prompt, source = read_prompt(options.get("prompt") or [], sys.stdin)
+    if options.get("invocation") == "delegated":
+        source = "delegated"
+    session = build_session(options, dict(os.environ), current_cwd())
+    outcome = run_agent_loop(session, prompt, source)
+    if options.get("json"):
+        emit_json(outcome.as_dict())
+    else:
+        if outcome.response is not None:
+            text = outcome.response
+            sys.stdout.write(text if text.endswith("\n") else text + "\n")
+        if outcome.error:
+            report_error(NagentError(outcome.error.get("error", "run failed"),
+                                     outcome.error.get("value", ""), outcome.error.get("fix", "")))
+    return outcome.exit_code
+
+
+def run_lifecycle(chosen, options):
+    import nagent_lifecycle_commands as commands
+    if len(chosen) > 1:
+        raise UsageError("choose one lifecycle flag at a time", ", ".join("--" + c.replace("_", "-")
+                                                                        for c in chosen))
+    if options.get("prompt") and chosen[0] not in ("edit_conversation",):
+        raise UsageError("a lifecycle flag takes no prompt", " ".join(options["prompt"]))
+    handler = getattr(commands, chosen[0])
+    data, text = handler(options)
+    if options.get("json"):
+        emit_json(data)
+    elif text:
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    return 0 if not isinstance(data, dict) else int(data.get("exit_code", 0))

@@ -1,0 +1,211 @@
+"""Tool discovery: which executables the model may call, and what each one says it does.
+
+Data contract:
+- `install_bin_dir()` -> str: realpath of the install's bin/ (the parent of helpers/).
+- `default_bin_dirs(environ)` -> [install bin, ~/.nagent/bin]; never anything from the cwd, so
+  running nagent inside a cloned repository executes none of that repository's code.
+- `default_cache_path(environ)` -> ~/.nagent/cache/tool-descriptions.json.
+- `discover_tools(bin_dirs, cache_path, timeout=5.0)` -> [{"name", "description"}] sorted by
+  name. Candidates are executable regular files directly inside each dir (no dotfiles, no
+  helpers/, no *.pyc, no editor backups) whose realpath is inside that dir's realpath (a
+  symlink pointing elsewhere is skipped: nothing outside bin_dirs is ever run). On a name
+  clash the earlier dir wins, like PATH. A description is the first stdout line of
+  `<exe> --description`, stripped, at most 200 chars; a failure, empty output or timeout gives
+  "(no description)" (cached too, until the file changes).
+- Cache file (JSON, written atomically, only when it changed):
+  {"version": 1, "entries": {realpath: {"size", "mtime_ns", "description"}}}. An entry is
+  valid while the file's size and mtime_ns match; stale entries (changed or deleted files) are
+  dropped; a corrupt or unreadable cache is ignored and rewritten; an unwritable cache dir only
+  costs the caching, never the discovery.
+"""
+import json
+import os
+import signal
+import stat
+import subprocess
+import tempfile
+
+NO_DESCRIPTION = "(no description)"
+MAX_DESCRIPTION = 200
+MAX_WORKERS = 8
+CACHE_VERSION = 1
+SECRET_SUFFIXES = ("_API_KEY", "_TOKEN", "_SECRET")
+
+
+def install_bin_dir():
+    return os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
+
+
+def _home(environ):
+    return environ.get("HOME") or os.path.expanduser("~")
+
+
+def default_bin_dirs(environ=None):
+    environ = os.environ if environ is None else environ
+    return [install_bin_dir(), os.path.join(_home(environ), ".nagent", "bin")]
+
+
+def default_cache_path(environ=None):
+    environ = os.environ if environ is None else environ
+    return os.path.join(_home(environ), ".nagent", "cache", "tool-descriptions.json")
+
+
+def _skipped_name(name):
+    return (name.startswith(".") or name == "helpers" or name == "__pycache__"
+            or name.endswith((".pyc", "~", ".swp")))
+
+
+def _inside(path, directory):
+    return os.path.commonpath([path, directory]) == directory
+
+
+def list_candidates(bin_dirs):
+    """[(name, realpath, size, mtime_ns)] of runnable tools, first dir winning per name."""
+    found = {}
+    for raw_dir in bin_dirs:
+        if not raw_dir or not os.path.isdir(raw_dir):
+            continue
+        directory = os.path.realpath(raw_dir)
+        try:
+            names = sorted(os.listdir(directory))
+        except OSError:
+            continue
+        for name in names:
+            if _skipped_name(name) or name in found:
+                continue
+            real = os.path.realpath(os.path.join(directory, name))
+            if not _inside(real, directory):
+                continue
+            try:
+                info = os.stat(real)
+            except OSError:
+                continue
+            if stat.S_ISREG(info.st_mode) and os.access(real, os.X_OK):
+                found[name] = (name, real, info.st_size, info.st_mtime_ns)
+    return [found[name] for name in sorted(found)]
+
+
+def clean_description(raw):
+    """First non-empty stdout line, printable characters only, capped."""
+    for line in raw.splitlines():
+        text = "".join(ch for ch in line if ch.isprintable()).strip()
+        if text:
+            return text[:MAX_DESCRIPTION]
+    return NO_DESCRIPTION
+
+
+def _child_environ():
+    # A --description run needs no credentials, and relative PATH entries would resolve
+    # against whatever directory we happen to be in.
+    env = {name: value for name, value in os.environ.items()
+           if not name.upper().endswith(SECRET_SUFFIXES)}
+    env["PATH"] = os.pathsep.join(part for part in env.get("PATH", "").split(os.pathsep)
+                                  if os.path.isabs(part))
+    return env
+
+
+def run_description(path, timeout):
+    """`path --description` -> description text; never raises."""
+    try:
+        proc = subprocess.Popen([path, "--description"], cwd=os.path.dirname(path),
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.DEVNULL, env=_child_environ(),
+                                start_new_session=True)
+    except OSError:
+        return NO_DESCRIPTION
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        # Kill the whole group: a grandchild holding the pipe would block communicate().
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        try:
+            proc.communicate(timeout=1.0)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.stdout.close()
+            proc.wait()
+        return NO_DESCRIPTION
+    if proc.returncode != 0:
+        return NO_DESCRIPTION
+    return clean_description(out.decode("utf-8", "replace"))
+
+
+def read_cache(cache_path):
+    """{realpath: entry} from the cache file; None when missing, unreadable or malformed."""
+    try:
+        with open(cache_path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("version") != CACHE_VERSION:
+        return None
+    entries = data.get("entries")
+    if not isinstance(entries, dict):
+        return None
+    return {path: entry for path, entry in entries.items()
+            if isinstance(entry, dict) and isinstance(entry.get("description"), str)
+            and isinstance(entry.get("size"), int) and isinstance(entry.get("mtime_ns"), int)}
+
+
+def _still_valid(path, entry):
+    try:
+        info = os.stat(path)
+    except OSError:
+        return False
+    return info.st_size == entry["size"] and info.st_mtime_ns == entry["mtime_ns"]
+
+
+def write_cache(cache_path, entries):
+    """Atomic replace; silently gives up when the directory is not writable."""
+    directory = os.path.dirname(os.path.abspath(cache_path))
+    text = json.dumps({"version": CACHE_VERSION, "entries": entries}, indent=1, sort_keys=True)
+    try:
+        os.makedirs(directory, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".tool-descriptions-", suffix=".tmp", dir=directory)
+    except OSError:
+        return False
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text + "\n")
+        try:
+            os.chmod(tmp, stat.S_IMODE(os.stat(cache_path).st_mode))
+        except OSError:
+            pass
+        os.replace(tmp, cache_path)
+        return True
+    except OSError:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        return False
+
+
+def _describe_all(paths, timeout):
+    if len(paths) == 1:
+        return {paths[0]: run_description(paths[0], timeout)}
+    from concurrent.futures import ThreadPoolExecutor
+    with ThreadPoolExecutor(max_workers=min(MAX_WORKERS, len(paths))) as pool:
+        results = pool.map(lambda path: run_description(path, timeout), paths)
+        return dict(zip(paths, results))
+
+
+def discover_tools(bin_dirs, cache_path, timeout=5.0):
+    candidates = list_candidates(bin_dirs)
+    old = read_cache(cache_path) if cache_path else {}
+    # Keep valid entries of other installs sharing this cache; drop changed or deleted files.
+    entries = {path: entry for path, entry in (old or {}).items() if _still_valid(path, entry)}
+    missing = [real for _, real, size, mtime in candidates
+               if not (real in entries and entries[real]["size"] == size
+                       and entries[real]["mtime_ns"] == mtime)]
+    described = _describe_all(missing, timeout) if missing else {}
+    for _, real, size, mtime in candidates:
+        if real in described:
+            entries[real] = {"size": size, "mtime_ns": mtime, "description": described[real]}
+    if cache_path and entries != old:
+        write_cache(cache_path, entries)
+    return [{"name": name, "description": entries[real]["description"]}
+            for name, real, _, _ in candidates]

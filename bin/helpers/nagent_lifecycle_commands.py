@@ -1,0 +1,166 @@
+"""Conversation lifecycle commands of `bin/nagent`: one function per flag.
+
+Data contract: each function takes the parsed options dict and returns `(data, text)`:
+`data` is what --json prints, `text` the human output. They work on the conversation the
+options select (--conversation / --pid / --file-edit / this shell's default) and never
+destroy a file: --clear and --load archive the current one first.
+"""
+import os
+
+import nagent_conversation_lifecycle as lifecycle
+from nagent_errors import InputError, UsageError
+
+
+def selected_path(options, environ=None):
+    from nagent_session import resolve_conversation
+    environ = dict(os.environ) if environ is None else environ
+    return resolve_conversation(options, environ)[0]
+
+
+def status(options):
+    from nagent_conversation import read_tail_summary
+    path = selected_path(options)
+    summary = read_tail_summary(path)
+    stats = (summary.get("stats") or {})
+    totals = stats.get("conversation") or {}
+    data = {"conversation": path, "exists": os.path.exists(path), "size": summary.get("size", 0),
+            "records": summary.get("records", 0), "turns": totals.get("turns", 0),
+            "totals": totals, "last_time": summary.get("last_time"),
+            "windows": stats.get("windows") or [], "checkpoint": checkpoint_path_if_any(path)}
+    lines = [f"conversation: {path}" + ("" if data["exists"] else " (not started)"),
+             f"size: {data['size']} bytes", f"turns: {data['turns']}"]
+    if totals:
+        cost = totals.get("cost_usd")
+        lines.append(f"tokens: in {totals.get('input_tokens', 0)} out {totals.get('output_tokens', 0)} "
+                     f"cache read {totals.get('cache_read_tokens', 0)} "
+                     f"({totals.get('cache_read_share', 0):.0%}) write {totals.get('cache_write_tokens', 0)}")
+        lines.append("cost: " + (f"${cost:.4f}" if cost is not None else "unknown (no price for model)"))
+    for window in data["windows"]:
+        lines.append(f"previous window: {window}")
+    return data, "\n".join(lines)
+
+
+def checkpoint_path_if_any(path):
+    candidate = path + ".checkpoint.md"
+    return candidate if os.path.exists(candidate) else None
+
+
+def clear(options):
+    if options.get("file_edit"):
+        return clear_file_edit(options)
+    path = selected_path(options)
+    archived = lifecycle.archive(path, reason="clear") if os.path.exists(path) else None
+    data = {"conversation": path, "archived": archived}
+    return data, (f"cleared; previous conversation archived at {archived}" if archived
+                  else "nothing to clear; the next prompt starts a new conversation")
+
+
+def clear_file_edit(options):
+    """A per-file conversation starts afresh under a new name; the old file is archived."""
+    import nagent_file_edit_lib as file_edit
+    pid = options.get("pid") or lifecycle.default_pid()
+    change = file_edit.clear_file_edit(options["file_edit"], pid)
+    archived = None
+    if change.get("old"):
+        old_path = lifecycle.conversation_path(change["old"])
+        archived = lifecycle.archive(old_path, reason="clear") if os.path.exists(old_path) else None
+    data = {"file": change["record"]["path"], "conversation": lifecycle.conversation_path(change["new"]),
+            "previous": change.get("old"), "archived": archived}
+    return data, (f"cleared; previous conversation archived at {archived}" if archived
+                  else f"{data['file']} starts a fresh conversation")
+
+
+def save_conversation(options):
+    path = selected_path(options)
+    if not os.path.exists(path):
+        raise InputError("no conversation to save", path, "run a prompt first")
+    saved = lifecycle.save_as(path, options["save_conversation"])
+    return {"conversation": path, "saved": saved}, f"saved as {saved}"
+
+
+def load_conversation(options):
+    path = selected_path(options)
+    loaded = lifecycle.load(options["load_conversation"], path)
+    return {"conversation": path, "loaded": options["load_conversation"], "path": loaded}, \
+        f"loaded {options['load_conversation']} into {path}"
+
+
+def branch_conversation(options):
+    path = selected_path(options)
+    name = options.get("branch_conversation") or ""
+    source = lifecycle.conversation_path(name) if name else path
+    if not os.path.exists(source):
+        raise InputError("no such conversation", name or path)
+    archived = lifecycle.archive(path, reason="branch") if os.path.exists(path) else None
+    if source == path:
+        source = archived
+    lifecycle.branch(source, path, options.get("turn"))
+    data = {"conversation": path, "source": source, "turn": options.get("turn"), "archived": archived}
+    return data, f"branched from {source}" + (f" after turn {options['turn']}" if options.get("turn")
+                                              else "") + f" into {path}"
+
+
+def list_conversations(options):
+    items = lifecycle.list_conversations()
+    lines = [f"{item.get('kind', ''):9} {item.get('name', '')}  {item.get('size', 0)} bytes  "
+             f"{item.get('modified', '')}  {item.get('first_prompt', '')!r}" for item in items]
+    return {"conversations": items}, "\n".join(lines) or "no conversations yet"
+
+
+def list_file_edits(options):
+    import nagent_file_edit_lib as file_edit
+    pid = options.get("pid") or lifecycle.default_pid()
+    records = file_edit.list_file_edits(pid)
+    lines = [f"{r['file_id']}  {r['path']}  {r['conversation']}  {r.get('last_used', '')}"
+             + ("" if r.get("exists", True) else "  (moved or gone)") for r in records]
+    return {"pid": pid, "index": file_edit.file_index_path(pid), "files": records}, \
+        "\n".join(lines) or "no per-file edit sessions for this shell"
+
+
+def list_models(options):
+    import nagent_llm
+    from nagent_config import resolve_settings
+    from nagent_cli import provider_overrides
+    from types import SimpleNamespace
+    settings = resolve_settings(provider_overrides(SimpleNamespace(**options)))
+    listing = nagent_llm.list_models(settings)
+    return listing, "\n".join(listing["models"])
+
+
+def conversation_text(path):
+    from nagent_conversation import read_records
+    from nagent_requests import record_messages
+    records = read_records(path)
+    chunks = []
+    for role, parts in record_messages([r for r in records if r.kind != "context"]):
+        chunks.append(f"## {role}\n" + "\n\n".join(parts))
+    return "\n\n".join(chunks)
+
+
+def summarize(options):
+    import nagent_llm
+    from nagent_config import resolve_settings
+    from nagent_cli import Spinner, provider_overrides
+    from types import SimpleNamespace
+    path = selected_path(options)
+    if not os.path.exists(path):
+        raise InputError("no conversation to summarize", path, "run a prompt first")
+    text = conversation_text(path)
+    if not text.strip():
+        raise InputError("the conversation has no turns yet", path)
+    settings = resolve_settings(provider_overrides(SimpleNamespace(**options)))
+    prompt = ("Summarize this agent conversation for the user who ran it: the goal, what was done, "
+              "decisions, the current state and open questions. Plain text, concise.\n\n" + text)
+    with Spinner("summarizing"):
+        result = nagent_llm.generate_text(prompt, settings)
+    return {"conversation": path, "summary": result.text, "usage": result.as_dict()}, result.text
+
+
+def edit_conversation(options):
+    from nagent_conversation_edit import edit_conversation as run_edit
+    return run_edit(selected_path(options), options)
+
+
+def compact(options):
+    from nagent_window import compact_now
+    return compact_now(selected_path(options), options)

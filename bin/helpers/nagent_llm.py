@@ -1,0 +1,247 @@
+"""The one provider helper: `generate(request, settings) -> Result` for every provider.
+
+Data contract:
+- `Request` is plain data: `messages`, an ordered tuple of `Message(role, parts)` with role
+  "user" or "assistant" and parts a tuple of texts (separate parts let cache-aware adapters
+  mark block boundaries); `stop` sequences; `cache_key` (a per-conversation prompt-cache key);
+  `cache_breakpoints` ((message index, part index) pairs Anthropic marks with cache_control);
+  providers that take one string per message get the parts joined by a blank line;
+  `attachments` (for uploads, sent with the last user message); `max_output_tokens`.
+  `text_request(text)` is the one-message form `nagent-llm-text --file` sends.
+- `Result` is plain data: text, provider, model, input/output tokens (input counts every
+  prompt token, cached or not), cache-read/cache-write tokens, reasoning tokens, finish reason
+  normalised to stop | length | stop_sequence | content_filter | other, the matched stop
+  sequence, elapsed seconds, attempts, and `estimated` (True when the provider reported no
+  usage and tokens were estimated from characters).
+- One retry policy governs every provider (SDK retries are off): 408/409/429/5xx/529,
+  timeouts and refused/reset connections are retried with exponential backoff + jitter,
+  honouring retry-after / retry-after-ms up to `retry_after_cap`; never 400/401/403/404.
+  Failures raise ProviderError carrying status, error type, retryable and retry_after.
+SDKs are imported only inside the adapter modules' functions, at call time.
+"""
+import importlib
+import random
+import time
+from dataclasses import asdict, dataclass, field
+
+from nagent_config import api_key_for, resolve_settings
+from nagent_errors import ProviderError, SetupError
+
+RETRYABLE_STATUS = frozenset({408, 409, 429, 529})
+FINISH_REASONS = ("stop", "length", "stop_sequence", "content_filter", "other")
+
+
+@dataclass(frozen=True)
+class Message:
+    role: str
+    parts: tuple
+
+    @property
+    def text(self):
+        # Parts are separate records; one blank line between them reads naturally as one string.
+        return "\n\n".join(part for part in self.parts if part)
+
+
+@dataclass(frozen=True)
+class Attachment:
+    path: str
+    name: str
+    mime: str
+    category: str          # image | pdf | office | text
+    size: int
+
+
+@dataclass(frozen=True)
+class Request:
+    messages: tuple
+    stop: tuple = ()
+    cache_key: str | None = None
+    cache_breakpoints: tuple = ()
+    attachments: tuple = ()
+    max_output_tokens: int | None = None
+
+
+@dataclass(frozen=True)
+class Result:
+    text: str
+    provider: str
+    model: str
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    reasoning_tokens: int = 0
+    finish_reason: str = "stop"
+    stop_sequence: str | None = None
+    elapsed: float = 0.0
+    attempts: int = 1
+    estimated: bool = False
+    raw_finish: str | None = field(default=None, compare=False)
+
+    def as_dict(self):
+        return asdict(self)
+
+
+def text_request(text, **options):
+    return Request(messages=(Message("user", (text,)),), **options)
+
+
+def estimate_tokens(text):
+    # ~4 characters per token is the usual rule of thumb for English and code.
+    return (len(text) + 3) // 4 if text else 0
+
+
+def load_adapter(settings):
+    return importlib.import_module(settings.provider.adapter)
+
+
+def require_package(row):
+    """Import the provider's SDK or raise SetupError with the pip line."""
+    try:
+        return importlib.import_module(row.package)
+    except ImportError:
+        raise SetupError(f"the {row.name} SDK is not installed", row.package.replace(".", "-")
+                         if row.package != "google.genai" else "google-genai", row.pip)
+
+
+def base_url_for(settings):
+    """The endpoint: a config base_url, else the SDK's own variable from the settings' environment."""
+    row = settings.provider
+    if row.base_url:
+        return row.base_url
+    return settings.environ.get(row.base_url_env) if row.base_url_env else None
+
+
+def backoff_delay(attempt, settings, retry_after=None, rand=random.random):
+    """Seconds to wait before retry `attempt` (1-based): the server's hint when given, capped."""
+    if retry_after is not None:
+        return max(0.0, min(float(retry_after), settings.retry_after_cap))
+    base = settings.retry_base_delay * (2 ** (attempt - 1))
+    return min(settings.retry_max_delay, base) * (0.5 + rand() / 2)
+
+
+def parse_retry_after(headers):
+    """retry-after-ms (milliseconds) or retry-after (seconds or an HTTP date) → seconds."""
+    if not headers:
+        return None
+    getter = headers.get
+    value = getter("retry-after-ms")
+    if value:
+        try:
+            return float(value) / 1000.0
+        except ValueError:
+            pass
+    value = getter("retry-after")
+    if value:
+        try:
+            return float(value)
+        except ValueError:
+            from email.utils import parsedate_to_datetime
+            try:
+                moment = parsedate_to_datetime(value)
+                return max(0.0, moment.timestamp() - time.time())
+            except (TypeError, ValueError):
+                return None
+    return None
+
+
+def status_error(provider, status, message, error_type="", headers=None):
+    """A ProviderError for an HTTP status, with the retry decision and a fix hint."""
+    retryable = status in RETRYABLE_STATUS or (status is not None and status >= 500)
+    fix = ""
+    if status == 401:
+        fix = "check the API key"
+    elif status == 403:
+        fix = "the key lacks permission for this model or endpoint"
+    elif status == 404:
+        fix = "check the model name (try --list-models) or the base URL"
+    elif status == 429:
+        fix = "rate limited; wait and retry"
+    what = f"{provider} request failed with HTTP {status}"
+    return ProviderError(what, message or error_type or "no message", fix, provider=provider,
+                         status=status, error_type=error_type or "", retryable=retryable,
+                         retry_after=parse_retry_after(headers))
+
+
+def network_error(provider, kind, detail):
+    """Timeouts and refused/reset connections: retryable, no status."""
+    what = {"timeout": f"{provider} request timed out",
+            "connection": f"cannot reach {provider}"}.get(kind, f"{provider} request failed")
+    fix = "raise --read-timeout" if kind == "timeout" else "check the network or the base URL"
+    return ProviderError(what, detail, fix, provider=provider, error_type=kind, retryable=True)
+
+
+def generate(request, settings, sleep=time.sleep, on_retry=None):
+    """Send `request` with the provider in `settings`; retry per the one policy."""
+    adapter = load_adapter(settings)
+    key = api_key_for(settings)
+    client = adapter.make_client(settings, key)
+    attempts = 0
+    started = time.monotonic()
+    while True:
+        attempts += 1
+        try:
+            raw = adapter.call(client, request, settings)
+            break
+        except ProviderError:
+            raise
+        except Exception as error:  # SDK and transport errors, classified by the adapter
+            problem = adapter.classify(error, settings)
+            if problem is None:
+                raise
+            if not problem.retryable or attempts >= settings.max_attempts:
+                if attempts > 1:
+                    problem.value = f"{problem.value} (after {attempts} attempts)"
+                raise problem from None
+            delay = backoff_delay(attempts, settings, problem.retry_after)
+            if on_retry:
+                on_retry(problem, attempts, delay)
+            sleep(delay)
+    return finish_result(raw, request, settings, attempts, time.monotonic() - started)
+
+
+def finish_result(raw, request, settings, attempts, elapsed):
+    """Adapter output (a dict) → Result, estimating usage only when none was reported."""
+    text = raw.get("text") or ""
+    input_tokens = raw.get("input_tokens")
+    output_tokens = raw.get("output_tokens")
+    estimated = input_tokens is None and output_tokens is None
+    if estimated:
+        input_tokens = sum(estimate_tokens(m.text) for m in request.messages)
+        output_tokens = estimate_tokens(text)
+    finish = raw.get("finish_reason") or "stop"
+    return Result(
+        text=text, provider=settings.provider.name, model=raw.get("model") or settings.model,
+        input_tokens=int(input_tokens or 0), output_tokens=int(output_tokens or 0),
+        cache_read_tokens=int(raw.get("cache_read_tokens") or 0),
+        cache_write_tokens=int(raw.get("cache_write_tokens") or 0),
+        reasoning_tokens=int(raw.get("reasoning_tokens") or 0),
+        finish_reason=finish if finish in FINISH_REASONS else "other",
+        stop_sequence=raw.get("stop_sequence"), elapsed=round(elapsed, 3), attempts=attempts,
+        estimated=estimated, raw_finish=raw.get("raw_finish"),
+    )
+
+
+def generate_text(text, settings=None, **options):
+    """The smallest primitive: one text in, one Result out."""
+    settings = resolve_settings() if settings is None else settings
+    return generate(text_request(text, **options), settings)
+
+
+def list_models(settings):
+    """Model names from the provider's listing API, else the table's known models."""
+    adapter = load_adapter(settings)
+    key = api_key_for(settings)
+    client = adapter.make_client(settings, key)
+    try:
+        names = adapter.list_models(client, settings)
+        source = "api"
+    except Exception as error:
+        problem = adapter.classify(error, settings) if not isinstance(error, (ProviderError,
+                                                                              SetupError)) else error
+        if problem is None:
+            raise
+        if not settings.provider.models or getattr(problem, "status", None) in (401, 403):
+            raise problem from None
+        names, source = list(settings.provider.models), "table"
+    return {"provider": settings.provider.name, "source": source, "models": sorted(set(names))}

@@ -1,0 +1,520 @@
+"""The strict nagent tag protocol: parser, driver result blocks, and the grammar the model reads.
+
+Data contract:
+- parse_response(text) -> Parse. A valid reply is whitespace-separated action tags (ACTION_TAGS);
+  Parse.actions holds them in order (response included) as frozen Action records with character
+  offsets into `text`. An invalid reply has no actions and `error` set to one short sentence (the
+  DETAIL of correction_text). Leaked <think>/<thinking> blocks and one markdown fence wrapping the
+  whole reply are tolerated; any other text outside tags is invalid.
+- A driver block (<nagent-…-result …> or <system>) written at the start of a line cuts the reply
+  there (cut_at = offset of its "<", cut_tag = its name), wherever it appears: only actions that
+  close before the cut survive. If none do, the parse is invalid.
+- Exact consecutive duplicate actions collapse into one; duplicates_dropped counts them.
+- Scanning is str.find/anchored-match driven, so time is linear in the reply length.
+- The other functions are pure string helpers: kept_reply, trim_partial_tag, correction_text,
+  clean_user_output, escape_attr/unescape_attr, result_block, grammar_text.
+"""
+import re
+from dataclasses import dataclass
+
+ACTION_TAGS = ("response", "read", "file-read", "file-patch", "write", "shell", "next", "agent")
+RESULT_TAGS = ("read-result", "file-read-result", "file-patch-result", "write-result",
+               "shell-result", "agent-result", "system")
+# Every attribute a tag takes is required; tags not listed take none.
+TAG_ATTRS = {"read": ("path",), "file-read": ("path",), "file-patch": ("index",), "write": ("path",)}
+SELF_CLOSING = ("read", "file-read", "file-patch")
+NEWLINE_TRIMMED = ("response", "shell", "next", "agent")
+NEEDS_BODY = ("shell", "next", "agent")
+THINKING_TAGS = ("think", "thinking")
+
+_WS = re.compile(r"[\s\ufeff]*")
+_CUT = re.compile(r"^[ \t]*<(nagent-[A-Za-z0-9_-]*-result|system)(?=[\s>/]|\Z)", re.M)
+_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.:-]*")
+# The common shape (no attribute or one plain double-quoted one) skips the general loop.
+_OPEN_FAST = re.compile(r'(?:[ \t]+([A-Za-z_][A-Za-z0-9_.:-]*)="([^"&\n]*)")?[ \t]*(/?)>')
+_ATTR_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.:-]*")
+_FENCE_OPEN = re.compile(r"(`{3,})([A-Za-z0-9_.+#-]*)[ \t\r]*(?:\n|\Z)")
+_FENCE_CLOSE = re.compile(r"`{3,}[ \t\r]*(?:\n|\Z)")
+_FENCE_LINE = re.compile(r"^ {0,3}(`{3,})[ \t\r]*$", re.M)
+_ENTITY = re.compile(r"&(#[0-9]{1,7}|#[xX][0-9A-Fa-f]{1,6}|quot|amp|lt|gt|apos);")
+_NAMED_ENTITIES = {"quot": '"', "amp": "&", "lt": "<", "gt": ">", "apos": "'"}
+_BLOCK_NAME = re.compile(r"[a-z][a-z0-9-]*")
+
+
+@dataclass(frozen=True, slots=True)
+class Action:
+    kind: str
+    body: str = ""
+    attrs: tuple = ()
+    start: int = 0
+    end: int = 0
+
+    def attr(self, name, default=None):
+        for key, value in self.attrs:
+            if key == name:
+                return value
+        return default
+
+    def as_dict(self):
+        return {"kind": self.kind, "attrs": dict(self.attrs), "body": self.body,
+                "start": self.start, "end": self.end}
+
+
+@dataclass(frozen=True, slots=True)
+class Parse:
+    actions: tuple = ()
+    error: str = None
+    cut_at: int = None
+    cut_tag: str = None
+    duplicates_dropped: int = 0
+
+    @property
+    def valid(self):
+        return self.error is None
+
+    def as_dict(self):
+        return {"valid": self.valid, "error": self.error, "cut_at": self.cut_at,
+                "cut_tag": self.cut_tag, "duplicates_dropped": self.duplicates_dropped,
+                "actions": [action.as_dict() for action in self.actions]}
+
+
+class _Invalid(Exception):
+    def __init__(self, detail):
+        super().__init__(detail)
+        self.detail = detail
+
+
+class _Truncated(_Invalid):
+    """The reply ended inside a tag or body: an error, unless a cut explains the ending."""
+
+
+def _line(text, pos):
+    return text.count("\n", 0, pos) + 1
+
+
+def _snippet(text, pos, limit=40):
+    end = text.find("\n", pos, pos + limit + 1)
+    piece = text[pos:pos + limit + 1] if end < 0 else text[pos:end]
+    piece = piece.rstrip("\r")
+    if len(piece) > limit:
+        piece = piece[:limit] + "…"
+    return "".join(ch if ch.isprintable() else " " for ch in piece)
+
+
+def _drop_leading_newline(body):
+    if body.startswith("\r\n"):
+        return body[2:]
+    return body[1:] if body.startswith("\n") else body
+
+
+def _drop_trailing_newline(body):
+    if body.endswith("\r\n"):
+        return body[:-2]
+    return body[:-1] if body.endswith("\n") else body
+
+
+def _outside(text, pos):
+    return _Invalid(f"text outside tags at line {_line(text, pos)}: '{_snippet(text, pos)}'.")
+
+
+def _fabricated(name):
+    return (f"reply wrote the driver's <{name}> block; stop before results, "
+            "the driver appends them.")
+
+
+def _leaked_thinking_end(text):
+    """Offset just past a leading `…</think>` whose opening tag the model never printed."""
+    found = [(at, at + len(close)) for close in ("</think>", "</thinking>")
+             for at in (text.find(close),) if at >= 0]
+    if not found:
+        return 0
+    at, end = min(found)
+    before = text[:at]
+    if "<nagent-" in before or "<think" in before:
+        return 0
+    return end
+
+
+def _bad(text, kind, tag_at, problem, cls=_Invalid):
+    # Line numbers are counted only here, on failure, to keep the happy path linear.
+    return cls(f"<nagent-{kind}> at line {_line(text, tag_at)}: {problem}.")
+
+
+def _open_tag(text, pos, kind, tag_at):
+    """Parse attributes from `pos` to the tag end. Returns (sorted attrs, end, self_closing)."""
+    fast = _OPEN_FAST.match(text, pos)
+    if fast:
+        name, value, slash = fast.groups()
+        return ((name, value),) if name else (), fast.end(), slash == "/"
+    return _open_tag_slow(text, pos, kind, tag_at)
+
+
+def _open_tag_slow(text, pos, kind, tag_at):
+    n, attrs = len(text), {}
+    while True:
+        pos = _WS.match(text, pos).end()
+        if text.startswith(">", pos) or text.startswith("/>", pos):
+            closed = text[pos] == "/"
+            return tuple(sorted(attrs.items())), pos + 1 + closed, closed
+        match = _ATTR_NAME.match(text, pos)
+        if pos >= n or (pos + 1 == n and text[pos] == "/"):
+            raise _bad(text, kind, tag_at, "unfinished tag", _Truncated)
+        if not match:
+            raise _bad(text, kind, tag_at, f"unexpected '{_snippet(text, pos, 12)}' in the tag")
+        name = match.group()
+        pos = _WS.match(text, match.end()).end()
+        if text.startswith("=", pos):
+            pos = _WS.match(text, pos + 1).end()
+        elif pos < n:
+            raise _bad(text, kind, tag_at, f"attribute {name} needs a quoted value")
+        if pos >= n:
+            raise _bad(text, kind, tag_at, "unfinished tag", _Truncated)
+        quote = text[pos]
+        if quote not in "\"'":
+            raise _bad(text, kind, tag_at, f"attribute {name} must be quoted")
+        close = text.find(quote, pos + 1)
+        if close < 0:
+            raise _bad(text, kind, tag_at, f"unterminated {name} attribute", _Truncated)
+        if text.find("\n", pos + 1, close) >= 0:
+            raise _bad(text, kind, tag_at, f"unterminated {name} attribute")
+        if name in attrs:
+            raise _bad(text, kind, tag_at, f"duplicate attribute {name}")
+        attrs[name] = unescape_attr(text[pos + 1:close])
+        pos = close + 1
+        if pos < n and text[pos] not in " \t\r\n>/":
+            raise _bad(text, kind, tag_at, f"unexpected '{_snippet(text, pos, 12)}' in the tag")
+
+
+def _check_attrs(text, kind, attrs, tag_at):
+    wanted = TAG_ATTRS.get(kind, ())
+    if len(attrs) == len(wanted) and all(
+            have[0] == name and have[1].strip() for have, name in zip(attrs, wanted)):
+        return
+    present = dict(attrs)
+    for name in present:
+        if name not in wanted:
+            raise _bad(text, kind, tag_at, f"unknown attribute {name}")
+    for name in wanted:
+        if not present.get(name, "").strip():
+            empty = "" if name not in present else "non-empty "
+            raise _Invalid(f"<nagent-{kind}> needs a {empty}{name} attribute "
+                           f"(line {_line(text, tag_at)}).")
+
+
+def _action(text, tag_at, kind, pos):
+    """Parse one action whose name ends at `pos`. Returns the Action (ending at action.end)."""
+    attrs, tag_end, self_closing = _open_tag(text, pos, kind, tag_at)
+    _check_attrs(text, kind, attrs, tag_at)
+    close = f"</nagent-{kind}>"
+    if kind in SELF_CLOSING:
+        if self_closing:
+            return Action(kind, "", attrs, tag_at, tag_end)
+        after = _WS.match(text, tag_end).end()
+        if text.startswith(close, after):
+            return Action(kind, "", attrs, tag_at, after + len(close))
+        if close.startswith(text[after:after + len(close)]):
+            raise _Truncated(f"unclosed <nagent-{kind}> opened at line {_line(text, tag_at)}.")
+        example = f'<nagent-{kind} {TAG_ATTRS[kind][0]}="…"/>'
+        raise _bad(text, kind, tag_at, f"must be self-closing, like {example}")
+    if self_closing:
+        raise _bad(text, kind, tag_at, f"needs a body and a closing {close}")
+    end = text.find(close, tag_end)
+    if end < 0:
+        raise _Truncated(f"unclosed <nagent-{kind}> opened at line {_line(text, tag_at)}.")
+    body = text[tag_end:end]
+    if kind in NEWLINE_TRIMMED:
+        body = _drop_trailing_newline(_drop_leading_newline(body))
+    else:
+        body = _drop_leading_newline(body)
+    if kind in NEEDS_BODY:
+        again = _find_open(text, f"<nagent-{kind}", tag_end, end)
+        if again >= 0:
+            raise _Invalid(f"unclosed <nagent-{kind}> opened at line {_line(text, tag_at)}: "
+                           f"another <nagent-{kind}> starts at line {_line(text, again)}.")
+        if not body.strip():
+            raise _Invalid(f"empty <nagent-{kind}> body at line {_line(text, tag_at)}.")
+    return Action(kind, body, attrs, tag_at, end + len(close))
+
+
+def _find_open(text, opener, start, end):
+    """First `opener` in text[start:end] that is a whole tag name (followed by space, > or /)."""
+    while True:
+        at = text.find(opener, start, end)
+        if at < 0:
+            return -1
+        nxt = at + len(opener)
+        if nxt < end and text[nxt] in " \t\r\n>/":
+            return at
+        start = nxt
+
+
+def _tag(text, pos, actions, fence):
+    """Handle one top-level '<' at `pos`: append an action or skip thinking. Returns new pos."""
+    n = len(text)
+    closing = text.startswith("</", pos)
+    match = _NAME.match(text, pos + (2 if closing else 1))
+    if not match:
+        if ("</nagent-" if closing else "<nagent-").startswith(text[pos:pos + 10]):
+            raise _Truncated(f"unfinished tag at line {_line(text, pos)}.")
+        raise _outside(text, pos)
+    name, after = match.group(), match.end()
+    if after >= n and (name.startswith("nagent-") or "nagent-".startswith(name)):
+        raise _Truncated(f"unfinished tag <{'/' if closing else ''}{name} at line {_line(text, pos)}.")
+    if after < n and text[after] not in " \t\r\n>/":
+        raise _Invalid(f"unknown tag <{_snippet(text, pos + 1, 30)} at line {_line(text, pos)}.")
+    if closing:
+        raise _Invalid(f"stray closing tag </{name}> at line {_line(text, pos)}.")
+    if name in THINKING_TAGS:
+        close = f"</{name}>"
+        end = text.find(close, after)
+        if end < 0:
+            raise _Truncated(f"unclosed <{name}> opened at line {_line(text, pos)}.")
+        return end + len(close)
+    kind = name[len("nagent-"):] if name.startswith("nagent-") else None
+    if name == "system" or (kind and kind.endswith("-result")):
+        raise _Invalid(_fabricated(name))
+    if kind not in ACTION_TAGS:
+        raise _Invalid(f"unknown tag <{name}> at line {_line(text, pos)}.")
+    if fence[0] == "closed":
+        raise _Invalid(f"<{name}> at line {_line(text, pos)} comes after the closing markdown fence.")
+    action = _action(text, pos, kind, after)
+    actions.append(action)
+    return action.end
+
+
+def _fence(text, pos, actions, fence):
+    """Handle a top-level ``` at `pos` (one fence around the whole reply). Returns new pos."""
+    line_start = text.rfind("\n", 0, pos) + 1
+    if text[line_start:pos].strip(" \t\r\ufeff"):
+        raise _outside(text, pos)
+    if fence[0] is None and not actions:
+        match = _FENCE_OPEN.match(text, pos)
+        if match:
+            fence[0], fence[1] = "open", pos
+            return match.end()
+    elif fence[0] == "open":
+        match = _FENCE_CLOSE.match(text, pos)
+        if match:
+            fence[0] = "closed"
+            return match.end()
+    raise _Invalid(f"markdown fence at line {_line(text, pos)} does not wrap the whole reply.")
+
+
+def _scan(text, cut):
+    """All actions in `text` (already cut); raises _Invalid. A cut forgives a truncated tail."""
+    n = len(text)
+    pos = _leaked_thinking_end(text)
+    actions = []
+    fence = [None, 0]
+    try:
+        while True:
+            pos = _WS.match(text, pos).end()
+            if pos >= n:
+                break
+            if text[pos] == "<":
+                pos = _tag(text, pos, actions, fence)
+            elif text.startswith("```", pos):
+                pos = _fence(text, pos, actions, fence)
+            else:
+                raise _outside(text, pos)
+    except _Truncated:
+        if not cut:
+            raise
+        return actions
+    if fence[0] == "open" and not cut:
+        raise _Invalid(f"unclosed markdown fence opened at line {_line(text, fence[1])}.")
+    return actions
+
+
+def _collapse(actions):
+    kept, dropped = [], 0
+    for action in actions:
+        if kept and (kept[-1].kind, kept[-1].attrs, kept[-1].body) == (
+                action.kind, action.attrs, action.body):
+            dropped += 1
+            continue
+        kept.append(action)
+    return kept, dropped
+
+
+def parse_response(text):
+    """Parse one model reply strictly. Never raises for any str input."""
+    if not text.strip():
+        return Parse(error="empty reply.")
+    cut_at = cut_tag = None
+    match = _CUT.search(text)
+    if match:
+        cut_at, cut_tag = match.start(1) - 1, match.group(1)
+    try:
+        actions = _scan(text if cut_at is None else text[:cut_at], cut_at is not None)
+    except _Invalid as exc:
+        return Parse(error=exc.detail, cut_at=cut_at, cut_tag=cut_tag)
+    if not actions:
+        detail = _fabricated(cut_tag) if cut_tag else "no nagent tags in reply."
+        return Parse(error=detail, cut_at=cut_at, cut_tag=cut_tag)
+    actions, dropped = _collapse(actions)
+    return Parse(tuple(actions), None, cut_at, cut_tag, dropped)
+
+
+def trim_partial_tag(text):
+    """Drop a trailing unfinished "<nagent-…" / "</nagent-…" fragment (no closing '>')."""
+    at = text.rfind("<")
+    if at < 0:
+        return text
+    fragment = text[at:]
+    if ">" in fragment:
+        return text
+    for opener in ("<nagent-", "</nagent-"):
+        if fragment.startswith(opener) or opener.startswith(fragment):
+            return text[:at]
+    return text
+
+
+def kept_reply(text, parse):
+    """The part of the reply that stays in the conversation: everything before a cut."""
+    if parse.cut_at is None:
+        return text
+    return trim_partial_tag(text[:parse.cut_at])
+
+
+def correction_text(detail):
+    return (f"<system>Invalid nagent response format: {detail} "
+            "Respond only with valid nagent tags.</system>")
+
+
+def _unfence(text):
+    """Inner text of one markdown fence wrapping all of `text`, or None."""
+    stripped = text.strip()
+    match = _FENCE_OPEN.match(stripped)
+    if not match or not match.group(0).endswith("\n"):
+        return None
+    ticks = len(match.group(1))
+    for line in _FENCE_LINE.finditer(stripped, match.end()):
+        if len(line.group(1)) >= ticks:
+            if line.end() != len(stripped):
+                return None
+            return _drop_trailing_newline(stripped[match.end():line.start()])
+    return None
+
+
+def clean_user_output(text):
+    """Strip a whole-reply <nagent-response> wrapper and/or one surrounding markdown fence."""
+    opener, closer = "<nagent-response>", "</nagent-response>"
+    current, changed, unwrapped = text, False, False
+    for step in ("wrapper", "fence", "wrapper"):
+        stripped = current.strip()
+        if step == "wrapper" and not unwrapped:
+            if (stripped.startswith(opener) and stripped.endswith(closer)
+                    and stripped.find(closer, len(opener)) == len(stripped) - len(closer)):
+                inner = stripped[len(opener):len(stripped) - len(closer)]
+                current = _drop_trailing_newline(_drop_leading_newline(inner))
+                changed = unwrapped = True
+        elif step == "fence":
+            inner = _unfence(current)
+            if inner is not None:
+                current, changed = inner, True
+    return current if changed else text
+
+
+def escape_attr(value):
+    return (value.replace("&", "&amp;").replace('"', "&quot;").replace("<", "&lt;")
+            .replace(">", "&gt;").replace("\n", "&#10;").replace("\r", "&#13;"))
+
+
+def _entity(match):
+    name = match.group(1)
+    if not name.startswith("#"):
+        return _NAMED_ENTITIES[name]
+    code = int(name[2:], 16) if name[1] in "xX" else int(name[1:])
+    if 0 < code <= 0x10FFFF and not 0xD800 <= code <= 0xDFFF:
+        return chr(code)
+    return match.group(0)
+
+
+def unescape_attr(value):
+    return _ENTITY.sub(_entity, value) if "&" in value else value
+
+
+def result_block(tag, body, attrs=None):
+    """A driver block: `<tag a="v">\\nbody\\n</tag>` with attribute values escaped."""
+    if not _BLOCK_NAME.fullmatch(tag):
+        raise ValueError(f"bad block tag name: {tag!r}")
+    parts = []
+    for name, value in (attrs or {}).items():
+        if not _ATTR_NAME.fullmatch(name):
+            raise ValueError(f"bad attribute name: {name!r}")
+        parts.append(f' {name}="{escape_attr(str(value))}"')
+    newline = "" if body == "" or body.endswith("\n") else "\n"
+    return f"<{tag}{''.join(parts)}>\n{body}{newline}</{tag}>"
+
+
+def grammar_text():
+    """The tag grammar and rules as the model reads them in the initial context."""
+    return _GRAMMAR
+
+
+_GRAMMAR = """\
+## Reply format: nagent tags only
+
+Reply with nagent tags and nothing else. Whitespace between tags is fine; any other text outside
+tags (prose, markdown, commentary) makes the reply invalid: nothing runs and the driver answers with
+<system>Invalid nagent response format: ... Respond only with valid nagent tags.</system>
+
+Action tags, one example each:
+
+<nagent-read path="src/app.py"/>
+    Read a small file inline.
+<nagent-file-read path="logs/big.log"/>
+    Read a file, splitting it into segment files first if it is too large to inline.
+<nagent-file-patch index="/tmp/big-split/index.json"/>
+    Merge edited split segments back into their source file.
+<nagent-write path="/tmp/notes.txt">
+first line
+second line
+</nagent-write>
+    Write the body to a file the write rules allow.
+<nagent-shell>python3 -m unittest discover -s tests</nagent-shell>
+    Run shell commands; you get the exit code, stdout and stderr.
+<nagent-next>Run the tests again and compare with the last run.</nagent-next>
+    Append a continuation prompt to this conversation and keep working.
+<nagent-agent>
+Inspect the tests for file splitting and report their edge cases.
+</nagent-agent>
+    Start a child agent for a scoped task; you get its final response.
+<nagent-response>
+The tests pass and the README documents the new flag.
+</nagent-response>
+    Your final answer to the user (or to the parent agent).
+
+Rules:
+- These eight tags are the whole language; tag names are exact and lower-case.
+- read, file-read and file-patch are self-closing and take exactly the attribute shown; write
+  takes only path; shell, next, agent and response take no attributes.
+- Attribute values go in double quotes; write &quot; for ", &amp; for &, &lt; for < and &gt; for >.
+- A body runs verbatim up to the first matching closing tag, so it cannot contain its own closing
+  tag; other tags inside a body are plain text.
+- One newline right after the opening tag and one right before the closing tag are ignored. A write
+  body is written exactly as given except the newline right after the opening tag, so
+  <nagent-write path="/tmp/a">(newline)abc(newline)</nagent-write> writes "abc" and a newline.
+- Several actions in one reply run in order. Then stop: the driver appends their results and calls
+  you again. Send <nagent-response> on its own once the work is done.
+- Never write a result block or <system> yourself. A line that starts with one ends your reply
+  there, and everything after it is discarded unrun.
+
+Result blocks the driver appends (never write these):
+<nagent-read-result ...>...</nagent-read-result>
+<nagent-file-read-result ...>...</nagent-file-read-result>
+<nagent-file-patch-result ...>...</nagent-file-patch-result>
+<nagent-write-result ...>...</nagent-write-result>
+<nagent-shell-result>
+exit_code: 0
+stdout:
+...
+</nagent-shell-result>
+<nagent-agent-result conversation="..." tokens_in="..." tokens_out="...">
+exit_code: 0
+output:
+...
+</nagent-agent-result>
+<system>...</system> carries driver notes and format corrections.
+"""

@@ -1,0 +1,99 @@
+"""Google Gen AI adapter (Gemini generateContent, Files API for large uploads).
+
+Data contract: as every adapter — `make_client`, `call` → dict, `classify`, `list_models`.
+Assistant messages are sent with role "model". Gemini's promptTokenCount already includes
+cachedContentTokenCount (implicit prefix caching); thoughtsTokenCount is reasoning.
+The client object is kept by the caller for the whole call: a temporary client is garbage
+collected and closes its connection mid-call (measured, see design notes).
+"""
+from nagent_llm import base_url_for, network_error, require_package, status_error
+
+INLINE_LIMIT = 20 * 1024 * 1024   # larger uploads go through the Files API
+
+
+def make_client(settings, key):
+    genai = require_package(settings.provider)
+    from google.genai import types
+    base_url = base_url_for(settings)
+    options = {"timeout": int(settings.read_timeout * 1000)}
+    if base_url:
+        options["base_url"] = base_url
+    return genai.Client(api_key=key, http_options=types.HttpOptions(**options))
+
+
+def attachment_parts(client, attachments):
+    from google.genai import types
+    from nagent_upload import read_text_attachment, unsupported
+    parts = []
+    for item in attachments:
+        if item.category == "text":
+            parts.append(types.Part(text=read_text_attachment(item)))
+        elif item.category not in ("image", "pdf"):
+            raise unsupported(item, "google", "images, PDF and text files")
+        elif item.size > INLINE_LIMIT:
+            uploaded = client.files.upload(file=item.path,
+                                           config=types.UploadFileConfig(mime_type=item.mime))
+            parts.append(types.Part.from_uri(file_uri=uploaded.uri, mime_type=item.mime))
+        else:
+            with open(item.path, "rb") as handle:
+                parts.append(types.Part.from_bytes(data=handle.read(), mime_type=item.mime))
+    return parts
+
+
+def call(client, request, settings):
+    from google.genai import types
+    last_user = max((i for i, m in enumerate(request.messages) if m.role == "user"), default=-1)
+    contents = []
+    for index, message in enumerate(request.messages):
+        parts = [types.Part(text=part) for part in message.parts if part]
+        if index == last_user and request.attachments:
+            parts = attachment_parts(client, request.attachments) + parts
+        contents.append(types.Content(role="model" if message.role == "assistant" else "user",
+                                      parts=parts or [types.Part(text="(empty)")]))
+    config = {"max_output_tokens": request.max_output_tokens or settings.max_output_tokens}
+    if request.stop:
+        config["stop_sequences"] = list(request.stop[: settings.provider.max_stop_sequences or 5])
+    response = client.models.generate_content(model=settings.model, contents=contents,
+                                              config=types.GenerateContentConfig(**config))
+    candidates = response.candidates or []
+    candidate = candidates[0] if candidates else None
+    texts = []
+    if candidate is not None and candidate.content is not None:
+        texts = [part.text for part in (candidate.content.parts or []) if getattr(part, "text", None)
+                 and not getattr(part, "thought", False)]
+    raw = getattr(getattr(candidate, "finish_reason", None), "name", None) or (
+        str(candidate.finish_reason) if candidate is not None and candidate.finish_reason else None)
+    finish = {"STOP": "stop", "MAX_TOKENS": "length", "SAFETY": "content_filter",
+              "PROHIBITED_CONTENT": "content_filter"}.get(raw, "other" if raw else "stop")
+    usage = response.usage_metadata
+    return {
+        "text": "".join(texts), "model": getattr(response, "model_version", None),
+        "input_tokens": getattr(usage, "prompt_token_count", None),
+        "output_tokens": getattr(usage, "candidates_token_count", None),
+        "cache_read_tokens": getattr(usage, "cached_content_token_count", None),
+        "reasoning_tokens": getattr(usage, "thoughts_token_count", None),
+        "finish_reason": finish, "raw_finish": raw,
+    }
+
+
+def classify(error, settings):
+    import httpx2
+    from google.genai import errors
+    name = settings.provider.name
+    if isinstance(error, errors.APIError):
+        response = getattr(error, "response", None)
+        headers = getattr(response, "headers", None)
+        return status_error(name, error.code, error.message or "", error.status or "", headers)
+    if isinstance(error, httpx2.TimeoutException):
+        return network_error(name, "timeout", "no answer within the read timeout")
+    if isinstance(error, httpx2.TransportError):
+        return network_error(name, "connection", type(error).__name__)
+    return None
+
+
+def list_models(client, settings):
+    names = []
+    for model in client.models.list():
+        name = getattr(model, "name", "") or ""
+        names.append(name.split("/", 1)[1] if name.startswith("models/") else name)
+    return names

@@ -1,0 +1,147 @@
+"""OpenAI adapter: the Responses API for `openai`, Chat Completions for OpenAI-compatible
+endpoints (rows with api == "chat": ollama, vllm, lmstudio, llama-cpp, openrouter ...).
+
+Data contract: `make_client(settings, key)`, `call(client, request, settings) -> dict` (text,
+model, usage fields, finish_reason, stop_sequence), `classify(error, settings) -> ProviderError
+| None`, `list_models(client, settings) -> [names]`. The SDK is imported inside these calls.
+OpenAI reports cached prompt tokens in *_tokens_details.cached_tokens (cache writes are not
+reported: its prefix cache is automatic); reasoning tokens in output/completion details.
+"""
+import base64
+
+from nagent_llm import base_url_for, network_error, require_package, status_error
+
+
+def make_client(settings, key):
+    openai = require_package(settings.provider)
+    import httpx2
+    timeout = httpx2.Timeout(settings.read_timeout, connect=settings.connect_timeout)
+    return openai.OpenAI(api_key=key, base_url=base_url_for(settings),
+                         max_retries=0, timeout=timeout)
+
+
+def _data_url(attachment):
+    with open(attachment.path, "rb") as handle:
+        encoded = base64.b64encode(handle.read()).decode("ascii")
+    return f"data:{attachment.mime};base64,{encoded}"
+
+
+def attachment_parts(attachments, api):
+    from nagent_upload import read_text_attachment, unsupported
+    parts = []
+    for item in attachments:
+        if item.category == "text":
+            text = read_text_attachment(item)
+            parts.append({"type": "input_text" if api == "responses" else "text", "text": text})
+        elif item.category == "image":
+            if api == "responses":
+                parts.append({"type": "input_image", "image_url": _data_url(item)})
+            else:
+                parts.append({"type": "image_url", "image_url": {"url": _data_url(item)}})
+        elif api == "responses" and item.category in ("pdf", "office"):
+            parts.append({"type": "input_file", "filename": item.name, "file_data": _data_url(item)})
+        else:
+            raise unsupported(item, "openai-compatible chat endpoints",
+                              "images and text files" if api == "chat" else "")
+    return parts
+
+
+def _messages(request, api):
+    messages = []
+    last_user = max((i for i, m in enumerate(request.messages) if m.role == "user"), default=-1)
+    for index, message in enumerate(request.messages):
+        if index == last_user and request.attachments:
+            text_type = "input_text" if api == "responses" else "text"
+            content = attachment_parts(request.attachments, api) + [{"type": text_type,
+                                                                     "text": message.text}]
+        else:
+            content = message.text
+        messages.append({"role": message.role, "content": content})
+    return messages
+
+
+def call(client, request, settings):
+    row = settings.provider
+    max_tokens = request.max_output_tokens or settings.max_output_tokens
+    if row.api == "chat":
+        options = {}
+        if request.stop:
+            options["stop"] = list(request.stop[: row.max_stop_sequences or 4])
+        response = client.chat.completions.create(model=settings.model,
+                                                  messages=_messages(request, "chat"),
+                                                  max_tokens=max_tokens, **options)
+        return _chat_result(response)
+    options = {}
+    if request.cache_key:
+        options["prompt_cache_key"] = request.cache_key
+    response = client.responses.create(model=settings.model, input=_messages(request, "responses"),
+                                       max_output_tokens=max_tokens, store=False, **options)
+    return _responses_result(response)
+
+
+def _get(obj, *names):
+    for name in names:
+        obj = getattr(obj, name, None) if obj is not None else None
+    return obj
+
+
+def _responses_result(response):
+    texts = []
+    for item in getattr(response, "output", None) or []:
+        if getattr(item, "type", None) == "message":
+            for part in getattr(item, "content", None) or []:
+                if getattr(part, "type", None) == "output_text" and part.text:
+                    texts.append(part.text)
+    usage = getattr(response, "usage", None)
+    status = getattr(response, "status", None)
+    reason = _get(response, "incomplete_details", "reason")
+    finish = "stop"
+    if status == "incomplete":
+        finish = "length" if reason == "max_output_tokens" else (
+            "content_filter" if reason == "content_filter" else "other")
+    return {
+        "text": "".join(texts), "model": getattr(response, "model", None),
+        "input_tokens": _get(usage, "input_tokens"), "output_tokens": _get(usage, "output_tokens"),
+        "cache_read_tokens": _get(usage, "input_tokens_details", "cached_tokens"),
+        "reasoning_tokens": _get(usage, "output_tokens_details", "reasoning_tokens"),
+        "finish_reason": finish, "raw_finish": reason or status,
+    }
+
+
+def _chat_result(response):
+    choices = getattr(response, "choices", None) or []
+    choice = choices[0] if choices else None
+    text = _get(choice, "message", "content") or ""
+    raw = getattr(choice, "finish_reason", None)
+    finish = {"stop": "stop", "length": "length", "content_filter": "content_filter"}.get(raw, "other"
+                                                                                          if raw else "stop")
+    usage = getattr(response, "usage", None)
+    return {
+        "text": text, "model": getattr(response, "model", None),
+        "input_tokens": _get(usage, "prompt_tokens"), "output_tokens": _get(usage, "completion_tokens"),
+        "cache_read_tokens": _get(usage, "prompt_tokens_details", "cached_tokens"),
+        "reasoning_tokens": _get(usage, "completion_tokens_details", "reasoning_tokens"),
+        "finish_reason": finish, "raw_finish": raw,
+    }
+
+
+def classify(error, settings):
+    import openai
+    name = settings.provider.name
+    if isinstance(error, openai.APITimeoutError):
+        return network_error(name, "timeout", "no answer within the read timeout")
+    if isinstance(error, openai.APIConnectionError):
+        return network_error(name, "connection", type(error.__cause__ or error).__name__)
+    if isinstance(error, openai.APIStatusError):
+        body = error.body if isinstance(error.body, dict) else {}
+        detail = body.get("error", body) if isinstance(body.get("error", body), dict) else {}
+        message = detail.get("message") or getattr(error, "message", "")
+        return status_error(name, error.status_code, message, detail.get("type") or
+                            detail.get("code") or "", error.response.headers)
+    if isinstance(error, openai.OpenAIError):
+        return status_error(name, None, str(error), type(error).__name__)
+    return None
+
+
+def list_models(client, settings):
+    return [model.id for model in client.models.list()]

@@ -1,0 +1,100 @@
+"""Conversation records → the model request, deterministically.
+
+Data contract: `build_request(records, provider_row, cache_key=None) -> Request`.
+- The model's own valid replies (as run: cut at a fabricated block) become assistant
+  messages; everything else the model should see (initial context, prompts, results,
+  corrections, notes, interruptions) becomes user messages, consecutive ones merged, one
+  part per record so block boundaries stay stable from one request to the next.
+- Invalid replies are not sent back (a raw invalid turn acts as an example the model
+  copies); the correction that follows them carries a pointer to the record instead.
+- Records of kind stats / meta / error are bookkeeping and never sent.
+- Cache breakpoints: the static initial context, the end of the user turn the previous
+  request ended with, and the end of this request — so each request reads back what the
+  previous one wrote (Anthropic looks up whole blocks). Other providers ignore them.
+- Stop sequences: the driver's most common result tags at a line start, as many as the
+  provider takes.
+The same records always give the same request: request N is a prefix of request N+1.
+"""
+from nagent_llm import Message, Request
+
+NOT_SENT = frozenset({"stats", "meta", "error"})
+STOP_SEQUENCES = ("\n<nagent-shell-result>", "\n<nagent-read-result", "\n<system>",
+                  "\n<nagent-write-result", "\n<nagent-file-read-result",
+                  "\n<nagent-agent-result", "\n<nagent-file-patch-result")
+
+
+def reply_text_as_run(record):
+    """The part of a reply that was acted on (a fabricated tail is cut off)."""
+    cut = record.attr("cut")
+    if cut is not None and str(cut).isdigit():
+        return record.body[: int(cut)]
+    return record.body
+
+
+def render_user_record(record):
+    if record.kind == "context":
+        return record.body
+    if record.kind == "interrupt":
+        return f"<system>{record.body}</system>" if not record.body.startswith("<system>") else record.body
+    return record.body
+
+
+def record_messages(records):
+    """[(role, [parts])] with consecutive roles merged; the first message is always user."""
+    messages = []
+    for record in records:
+        if record.kind in NOT_SENT:
+            continue
+        if record.kind == "reply":
+            if record.attr("valid", "true") == "false":
+                continue
+            role, text = "assistant", reply_text_as_run(record).rstrip()
+        else:
+            role, text = "user", render_user_record(record)
+        if not text:
+            continue
+        if messages and messages[-1][0] == role:
+            messages[-1][1].append(text)
+        else:
+            messages.append((role, [text]))
+    if messages and messages[0][0] != "user":
+        messages.insert(0, ("user", ["(conversation start)"]))
+    return messages
+
+
+def cache_breakpoints(messages):
+    marks = []
+    if messages:
+        marks.append((0, 0))
+    last = len(messages) - 1
+    if last >= 2:
+        # The user message just before the newest assistant reply ended the previous request.
+        previous = last - 2 if messages[last][0] == "user" else last - 1
+        if previous >= 0 and messages[previous][0] == "user":
+            marks.append((previous, len(messages[previous][1]) - 1))
+    if last >= 0:
+        marks.append((last, len(messages[last][1]) - 1))
+    unique = []
+    for mark in marks:
+        if mark not in unique:
+            unique.append(mark)
+    return tuple(unique)
+
+
+def build_request(records, provider_row, cache_key=None, max_output_tokens=None):
+    messages = record_messages(records)
+    if messages and messages[-1][0] == "assistant":
+        # A request must end with the user's turn; a dangling reply gets an explicit nudge.
+        messages.append(("user", ["<system>Continue.</system>"]))
+    stop = STOP_SEQUENCES[: provider_row.max_stop_sequences] if provider_row.max_stop_sequences else ()
+    return Request(
+        messages=tuple(Message(role, tuple(parts)) for role, parts in messages),
+        stop=stop, cache_key=cache_key, cache_breakpoints=cache_breakpoints(messages),
+        max_output_tokens=max_output_tokens,
+    )
+
+
+def request_fingerprint(request):
+    """A canonical serialisation used to measure prefix stability between requests."""
+    import json
+    return json.dumps([[m.role, list(m.parts)] for m in request.messages], ensure_ascii=False)

@@ -1,0 +1,176 @@
+"""Everything one `nagent` invocation needs, resolved once from flags, config and environment.
+
+Data contract: `build_session(options, environ, cwd) -> Session` where `options` is a plain
+dict of the command-line values (conversation, pid, file_edit, provider, model, invocation,
+parent_conversation, depth, shell_approval, shell_sandbox, shell_timeout, max_calls).
+`Session` is frozen plain data: conversation path, settings, limits, write mode, the action
+context, a factory for the initial context, meta for a new conversation, the prompt-cache
+key and the secret values that must never be written anywhere.
+Config keys read here (all optional): max_calls, max_format_retries, max_continuations,
+repeat_limit, lock_timeout, max_agent_depth, agent_timeout, shell: {timeout, output_cap,
+approval, sandbox, network, writable}.
+"""
+import hashlib
+import os
+from dataclasses import dataclass, field
+from typing import Callable
+
+from nagent_cli import secret_values
+from nagent_config import expand_env_reference, resolve_settings
+from nagent_errors import ConfigError
+from nagent_write_policy import WriteMode
+
+SPLIT_INLINE_LIMIT = 64 * 1024
+
+
+@dataclass(frozen=True)
+class LoopLimits:
+    max_calls: int = 40
+    max_format_retries: int = 3
+    max_continuations: int = 3
+    repeat_limit: int = 3
+    lock_timeout: float = 3.0
+
+
+@dataclass(frozen=True)
+class Session:
+    path: str
+    settings: object
+    limits: LoopLimits
+    write_mode: WriteMode
+    action_context: object
+    initial_context: Callable = field(compare=False)
+    meta: dict = field(default_factory=dict, compare=False)
+    cache_key: str = ""
+    secrets: tuple = ()
+    pid: str = ""
+    file_edit: dict | None = None
+
+
+def _int_setting(config, key, default, minimum=0):
+    value = config.get(key, default)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < minimum:
+        raise ConfigError(f"{key} must be a number ≥ {minimum}", repr(value))
+    return value
+
+
+def loop_limits(config, options):
+    max_calls = options.get("max_calls") or _int_setting(config, "max_calls", 40, 1)
+    return LoopLimits(
+        max_calls=int(max_calls),
+        max_format_retries=int(_int_setting(config, "max_format_retries", 3)),
+        max_continuations=int(_int_setting(config, "max_continuations", 3)),
+        repeat_limit=int(_int_setting(config, "repeat_limit", 3, 2)),
+        lock_timeout=float(_int_setting(config, "lock_timeout", 3.0)),
+    )
+
+
+def shell_policy(config, options, cwd):
+    from nagent_shell import ShellPolicy, check_policy
+    section = config.get("shell") or {}
+    if not isinstance(section, dict):
+        raise ConfigError("shell must be an object", repr(section))
+    writable = section.get("writable") or ()
+    policy = ShellPolicy(
+        timeout=float(options.get("shell_timeout") or section.get("timeout", 120.0)),
+        output_cap=int(section.get("output_cap", 32 * 1024)),
+        approval=options.get("shell_approval") or config.get("shell_approval")
+        or section.get("approval", "auto"),
+        sandbox=options.get("shell_sandbox") or config.get("shell_sandbox")
+        or section.get("sandbox", "none"),
+        sandbox_network=bool(section.get("network", False)),
+        writable=tuple(writable) if isinstance(writable, (list, tuple)) else (),
+    )
+    check_policy(policy)
+    return policy
+
+
+def config_secrets(config, environ):
+    """Key values a config refers to (literal or ${VAR}), so redaction covers them too."""
+    found = []
+    for entry in (config.get("providers") or {}).values():
+        if isinstance(entry, dict) and entry.get("api_key"):
+            value = expand_env_reference(entry["api_key"], environ)
+            if isinstance(value, str) and len(value) >= 6:
+                found.append(value)
+    return found
+
+
+def secret_names(config):
+    """Every variable a provider key may live in: the table's and the config's ${VAR} references."""
+    from nagent_providers import all_rows
+    names = set()
+    for row in all_rows(config).values():
+        names.update(row.key_env)
+        if isinstance(row.api_key, str) and row.api_key.startswith("${") and row.api_key.endswith("}"):
+            names.add(row.api_key[2:-1])
+    return tuple(sorted(names))
+
+
+def resolve_conversation(options, environ):
+    """(conversation path, write mode, file-edit facts or None) for these options."""
+    import nagent_conversation_lifecycle as lifecycle
+    pid = options.get("pid") or lifecycle.default_pid(environ)
+    if options.get("file_edit"):
+        import nagent_file_edit_lib as file_edit
+        record = file_edit.resolve_file_edit(options["file_edit"], pid, environ)
+        target = os.path.realpath(record["path"])
+        mode = WriteMode(kind="file-edit", target=target, target_id=record["file_id"])
+        return lifecycle.conversation_path(record["conversation"], environ), mode, record, pid
+    if options.get("conversation"):
+        return lifecycle.conversation_path(options["conversation"], environ), WriteMode(), None, pid
+    return lifecycle.default_conversation_path(environ, pid=pid), WriteMode(), None, pid
+
+
+def file_edit_facts(record, context_module, action_context):
+    """Target facts for the per-file initial context; a large target starts from its split."""
+    from nagent_actions import ensure_split
+    facts = context_module.describe_file_target(record["path"])
+    if facts.get("size", 0) > SPLIT_INLINE_LIMIT:
+        index_path, index, _ = ensure_split(record["path"], action_context)
+        facts["split_index"] = index_path
+        facts["split_segments"] = [
+            {"file": os.path.join(os.path.dirname(index_path), s["file"]), "first_line": s["first_line"],
+             "last_line": s["last_line"], "bytes": s["bytes"]} for s in index["segments"]]
+    return facts
+
+
+def build_session(options, environ, cwd):
+    from nagent_actions import ActionContext
+    import nagent_conversation_lifecycle as lifecycle
+    settings = resolve_settings({key: options.get(key) for key in (
+        "provider", "model", "connect_timeout", "read_timeout", "max_attempts")}, environ)
+    config = settings.config
+    path, mode, record, pid = resolve_conversation(options, environ)
+    side_dir = lifecycle.side_dir(path)
+    depth = int(options.get("depth") or 0)
+    action_context = ActionContext(
+        cwd=cwd, environ=dict(environ), write_mode=mode, conversation=path, side_dir=side_dir,
+        shell_policy=shell_policy(config, options, cwd), settings=settings, pid=pid, depth=depth,
+        max_depth=int(_int_setting(config, "max_agent_depth", 3)),
+        agent_timeout=float(_int_setting(config, "agent_timeout", 1800.0, 1)),
+        secret_names=secret_names(config),
+        nagent_bin=os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(__file__))), "nagent"),
+    )
+
+    def initial_context():
+        import nagent_context
+        facts = file_edit_facts(record, nagent_context, action_context) if record else None
+        return nagent_context.build_initial_context(
+            mode="file-edit" if record else "main", environ=environ, cwd=cwd, file_edit=facts)
+
+    meta = {"invocation": options.get("invocation") or "user"}
+    if options.get("parent_conversation"):
+        meta["parent_conversation"] = options["parent_conversation"]
+    if record:
+        meta["file_edit"] = {"file_id": record["file_id"], "path": record["path"]}
+    secrets = tuple(sorted(set(secret_values(environ)) | set(config_secrets(config, environ)),
+                           key=len, reverse=True))
+    return Session(
+        path=path, settings=settings, limits=loop_limits(config, options), write_mode=mode,
+        action_context=action_context, initial_context=initial_context, meta=meta,
+        cache_key="nagent-" + hashlib.sha256(os.path.basename(path).encode()).hexdigest()[:24],
+        secrets=secrets, pid=pid, file_edit=record,
+    )

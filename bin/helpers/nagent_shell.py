@@ -1,0 +1,371 @@
+"""Run one <nagent-shell> action: approval, scrubbed environment, timeout, output cap, sandbox.
+
+Data contract:
+- `ShellPolicy` (frozen) says how to run: timeout seconds, per-stream inline byte cap
+  (shown as head + tail halves), approval (auto | confirm | deny), sandbox (none | bwrap),
+  whether the sandbox may use the network, and extra writable dirs for the sandbox.
+- `run_shell(command, cwd, policy, side_dir, environ=None, confirm=None, secret_names=())`
+  -> ShellOutcome; `secret_names` are extra variables to drop (e.g. ones a config's
+  api_key refers to).
+  The command text is written to a 0600 script file in `side_dir` and run as
+  `/bin/bash FILE` (or /bin/sh) in its own session, stdin closed, with `scrubbed_env()`.
+  Streams go to temp files in `side_dir`; a stream larger than the cap (or binary) is kept
+  whole as `shell-{stamp}-{n}.stdout|.stderr` there and only head + tail are returned.
+  On timeout the whole process group gets SIGTERM, then SIGKILL after a grace period.
+  When the main process exits, anything it left running in its process group is ended too,
+  so a background child holding the streams open never hangs or outlives the call.
+  A refused command (approval) is never started: `refused` says why, exit_code is None.
+- `format_shell_result(outcome) -> str` is the body of <nagent-shell-result>.
+- `bwrap_command(script_path, cwd, policy, environ) -> argv` builds the bubblewrap argv:
+  / read-only, cwd + temp roots + `policy.writable` writable, ~/.nagent read-only,
+  network unshared unless `policy.sandbox_network`. Raises SetupError if bwrap is missing.
+Errors: ConfigError for a bad policy, InputError for a missing cwd, SetupError when the
+shell or bwrap cannot be started. Command failures are outcomes, not exceptions.
+"""
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+
+from nagent_errors import ConfigError, InputError, SetupError
+
+APPROVALS = ("auto", "confirm", "deny")
+SANDBOXES = ("none", "bwrap")
+PROVIDER_KEY_NAMES = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GOOGLE_API_KEY", "GEMINI_API_KEY",
+                      "CURSOR_API_KEY")
+KILL_GRACE = 2.0
+NO_TERMINAL = "shell approval needs a terminal; command not run"
+DENIED = "shell commands are disabled (shell_approval: deny); command not run"
+DECLINED = "the user declined this command; command not run"
+
+
+@dataclass(frozen=True)
+class ShellPolicy:
+    timeout: float = 120.0
+    output_cap: int = 32 * 1024
+    approval: str = "auto"
+    sandbox: str = "none"
+    sandbox_network: bool = False
+    writable: tuple = ()
+
+
+@dataclass(frozen=True)
+class ShellOutcome:
+    exit_code: "int | None"
+    stdout: str
+    stderr: str
+    timed_out: bool
+    refused: "str | None"
+    stdout_bytes: int
+    stderr_bytes: int
+    stdout_file: "str | None"
+    stderr_file: "str | None"
+    seconds: float
+    timeout: float = 0.0                 # the policy's timeout, for the "killed after" line
+    output_cap: int = 32 * 1024          # the policy's cap, for the "showing first/last" line
+
+
+def scrubbed_env(environ, extra_secret_names=()):
+    """The environment a shell command sees: no provider keys, no internal NAGENT_* vars."""
+    secret = {name.upper() for name in (*PROVIDER_KEY_NAMES, *extra_secret_names)}
+    env = {}
+    for name, value in environ.items():
+        upper = name.upper()
+        if upper in secret or upper.endswith("_API_KEY"):
+            continue
+        if upper.startswith("NAGENT_") and upper != "NAGENT_CONFIG":
+            continue
+        env[name] = value
+    return env
+
+
+def check_policy(policy):
+    if policy.approval not in APPROVALS:
+        raise ConfigError("unknown shell_approval", policy.approval, "use one of: " + ", ".join(APPROVALS))
+    if policy.sandbox not in SANDBOXES:
+        raise ConfigError("unknown shell_sandbox", policy.sandbox, "use one of: " + ", ".join(SANDBOXES))
+    if not isinstance(policy.timeout, (int, float)) or policy.timeout <= 0:
+        raise ConfigError("shell timeout must be a positive number of seconds", policy.timeout)
+    if not isinstance(policy.output_cap, int) or policy.output_cap < 0:
+        raise ConfigError("shell output cap must be a non-negative byte count", policy.output_cap)
+
+
+# -- approval -----------------------------------------------------------------------------
+
+def _printable(text):
+    # Escape control characters so a command cannot repaint the prompt it is approved from.
+    return "".join(ch if ch.isprintable() or ch in "\n\t" else f"\\x{ord(ch):02x}" for ch in text)
+
+
+def ask_on_tty(command, tty_path="/dev/tty"):
+    """Ask the user on the controlling terminal. True/False, or None when there is no terminal."""
+    try:
+        fd = os.open(tty_path, os.O_RDWR | os.O_NOCTTY)
+    except OSError:
+        return None
+    try:
+        shown = "\n".join("    " + line for line in _printable(command).splitlines() or [""])
+        os.write(fd, f"nagent wants to run this shell command:\n{shown}\nRun it? [y/N] ".encode())
+        answer = b""
+        while not answer.endswith(b"\n"):
+            chunk = os.read(fd, 256)
+            if not chunk:
+                break
+            answer += chunk
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return answer.decode("utf-8", "replace").strip().lower() in ("y", "yes")
+
+
+def _refusal(command, policy, confirm):
+    if policy.approval == "deny":
+        return DENIED
+    if policy.approval == "confirm":
+        answer = (confirm or ask_on_tty)(command)
+        if answer is None:
+            return NO_TERMINAL
+        if not answer:
+            return DECLINED
+    return None
+
+
+# -- sandbox ------------------------------------------------------------------------------
+
+def _shell_path():
+    return "/bin/bash" if os.access("/bin/bash", os.X_OK) else "/bin/sh"
+
+
+def _writable_roots(cwd, policy, environ):
+    candidates = [cwd, "/tmp", environ.get("TMPDIR") or "", *policy.writable]
+    roots = []
+    for path in sorted({os.path.realpath(p) for p in candidates if p}, key=len):
+        # A dir already inside a writable root needs no bind of its own.
+        if not any(path == root or path.startswith(root.rstrip("/") + "/") for root in roots):
+            roots.append(path)
+    return roots
+
+
+def bwrap_command(script_path, cwd, policy, environ):
+    bwrap = shutil.which("bwrap", path=environ.get("PATH", os.defpath))
+    if not bwrap:
+        raise SetupError("bwrap not found", "", "install bubblewrap: apt-get install bubblewrap")
+    cwd = os.path.abspath(cwd)
+    argv = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+    for root in _writable_roots(cwd, policy, environ):
+        argv += ["--bind-try", root, root]
+    home = environ.get("HOME")
+    if home:
+        state = os.path.realpath(os.path.join(home, ".nagent"))
+        # Bound last so it stays read-only even when it sits inside a writable root.
+        argv += ["--ro-bind-try", state, state]
+    if not policy.sandbox_network:
+        argv.append("--unshare-net")
+    # A private pid namespace: when the sandbox's main process ends, everything in it ends.
+    argv += ["--unshare-pid", "--die-with-parent", "--chdir", cwd, _shell_path(), script_path]
+    return argv
+
+
+# -- process handling ---------------------------------------------------------------------
+
+def _group_alive(pgid):
+    """True while a non-zombie process is in the group (zombies answer kill(0) too)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return True
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as handle:
+                fields = handle.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
+            return True
+    return False
+
+
+def _signal_group(pgid, signum):
+    try:
+        os.killpg(pgid, signum)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _end_group(proc, grace=KILL_GRACE):
+    """SIGTERM the process group, SIGKILL whatever is left after `grace` seconds, reap."""
+    pgid = proc.pid
+    if proc.poll() is not None and not _group_alive(pgid):
+        return
+    _signal_group(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
+        if proc.poll() is not None and not _group_alive(pgid):
+            break
+        time.sleep(0.02)
+    _signal_group(pgid, signal.SIGKILL)
+    proc.wait()
+
+
+# -- output -------------------------------------------------------------------------------
+
+def _side_names(side_dir):
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    n = 1
+    while True:
+        base = os.path.join(side_dir, f"shell-{stamp}-{n}")
+        if not (os.path.exists(base + ".stdout") or os.path.exists(base + ".stderr")):
+            return base + ".stdout", base + ".stderr"
+        n += 1
+
+
+def _collect(tmp_path, cap, final_path):
+    """(text, byte count, side file or None) for one stream captured in `tmp_path`."""
+    with open(tmp_path, "rb") as handle:
+        size = os.fstat(handle.fileno()).st_size
+        if size <= cap:
+            head, tail = handle.read(size), b""
+        else:
+            head = handle.read(cap // 2)
+            handle.seek(size - (cap - cap // 2))
+            tail = handle.read(cap - cap // 2)
+    binary = b"\0" in head or b"\0" in tail
+    if size <= cap and not binary:
+        os.unlink(tmp_path)
+        return head.decode("utf-8", "replace"), size, None
+    os.chmod(tmp_path, 0o600)
+    os.replace(tmp_path, final_path)
+    if binary:
+        return f"(binary output: {size} bytes)", size, final_path
+    text = head.decode("utf-8", "replace")
+    if text and not text.endswith("\n"):
+        text += "\n"
+    text += f"[... {size - len(head) - len(tail)} bytes omitted ...]\n"
+    return text + tail.decode("utf-8", "replace"), size, final_path
+
+
+# -- running ------------------------------------------------------------------------------
+
+def _refused_outcome(reason, policy):
+    return ShellOutcome(exit_code=None, stdout="", stderr="", timed_out=False, refused=reason,
+                        stdout_bytes=0, stderr_bytes=0, stdout_file=None, stderr_file=None,
+                        seconds=0.0, timeout=float(policy.timeout), output_cap=policy.output_cap)
+
+
+def _write_script(side_dir, command):
+    fd, path = tempfile.mkstemp(prefix=".shell-", suffix=".sh", dir=side_dir)
+    with os.fdopen(fd, "w", encoding="utf-8", errors="surrogateescape") as handle:
+        handle.write(command if command.endswith("\n") else command + "\n")
+    return path
+
+
+def run_shell(command, cwd, policy, side_dir, environ=None, confirm=None, secret_names=()):
+    check_policy(policy)
+    environ = dict(os.environ if environ is None else environ)
+    cwd = os.path.abspath(cwd)
+    if not os.path.isdir(cwd):
+        raise InputError("shell working directory not found", cwd)
+    reason = _refusal(command, policy, confirm)
+    if reason:
+        return _refused_outcome(reason, policy)
+    os.makedirs(side_dir, mode=0o700, exist_ok=True)
+    script = _write_script(side_dir, command)
+    paths = []
+    try:
+        argv = (bwrap_command(script, cwd, policy, environ) if policy.sandbox == "bwrap"
+                else [_shell_path(), script])
+        fds = []
+        try:
+            for _ in range(2):
+                fd, path = tempfile.mkstemp(prefix=".shell-", suffix=".tmp", dir=side_dir)
+                fds.append(fd)
+                paths.append(path)
+            started = time.monotonic()
+            proc = _start(argv, cwd, scrubbed_env(environ, secret_names), fds[0], fds[1])
+        finally:
+            for fd in fds:
+                os.close(fd)
+        timed_out = False
+        try:
+            proc.wait(timeout=policy.timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+        finally:
+            _end_group(proc)
+        seconds = time.monotonic() - started
+        out_final, err_final = _side_names(side_dir)
+        out_text, out_size, out_file = _collect(paths[0], policy.output_cap, out_final)
+        err_text, err_size, err_file = _collect(paths[1], policy.output_cap, err_final)
+    finally:
+        for path in (*paths, script):
+            _quiet(os.unlink, path)
+    return ShellOutcome(exit_code=proc.returncode, stdout=out_text, stderr=err_text,
+                        timed_out=timed_out, refused=None, stdout_bytes=out_size,
+                        stderr_bytes=err_size, stdout_file=out_file, stderr_file=err_file,
+                        seconds=seconds, timeout=float(policy.timeout),
+                        output_cap=policy.output_cap)
+
+
+def _start(argv, cwd, env, out_fd, err_fd):
+    try:
+        return subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out_fd,
+                                stderr=err_fd, start_new_session=True, close_fds=True)
+    except OSError as error:
+        raise SetupError("cannot start shell", f"{argv[0]}: {error.strerror or error}") from None
+
+
+def _quiet(fn, arg):
+    try:
+        fn(arg)
+    except OSError:
+        pass
+
+
+# -- result text --------------------------------------------------------------------------
+
+def _signal_name(number):
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def _stream_block(label, text, size, path, cap):
+    block = f"{label}:\n{text}"
+    if text and not text.endswith("\n"):
+        block += "\n"
+    if path:
+        shown = ("binary, not shown" if text == f"(binary output: {size} bytes)"
+                 else f"showing first {cap // 2} and last {cap - cap // 2}")
+        block += f"[{label}: {size} bytes; {shown}; full output in {path}]\n"
+    return block
+
+
+def format_shell_result(outcome):
+    """The text inside <nagent-shell-result>."""
+    code = outcome.exit_code
+    lines = [f"exit_code: {'none' if code is None else code}"]
+    if code is not None and code < 0:
+        lines.append(f"signal: {_signal_name(-code)}")
+    if outcome.timed_out:
+        lines.append(f"timed_out: true (killed after {outcome.timeout:g} s)")
+    if outcome.refused:
+        lines.append(f"refused: {outcome.refused}")
+        return "\n".join(lines) + "\n"
+    cap = outcome.output_cap
+    text = "\n".join(lines) + "\n"
+    text += _stream_block("stdout", outcome.stdout, outcome.stdout_bytes, outcome.stdout_file, cap)
+    text += _stream_block("stderr", outcome.stderr, outcome.stderr_bytes, outcome.stderr_file, cap)
+    return text

@@ -1,0 +1,335 @@
+"""Write authority: which paths a structured write may touch, and a race-safe atomic writer.
+
+Data contract:
+- `WriteMode(kind, target, target_id)` is plain frozen data. kind "main" (the main conversation)
+  may write only inside the temp roots. kind "file-edit" may also write the target file (by its
+  realpath), the same file after a rename (an existing path whose "dev:inode" equals target_id and
+  whose link count is 1), and segment files of a split of the target: DIR/<name> where DIR/index.json
+  (a regular file, not a symlink) has a `source` whose realpath is the target or has the target's
+  file id, and lists `name` in `segments[].file`. A tampered index whose source is another file grants
+  nothing.
+- `temp_roots(environ)` -> realpaths of /tmp, /var/tmp and $TMPDIR (only when absolute and an
+  existing directory; a root that resolves to "/" is ignored), deduplicated, in that order.
+- `validate_write_path(path, mode, cwd, environ)` -> the resolved absolute path, or raises
+  RefusedError("write refused", path, reason). Relative paths resolve against `cwd`; `~` is never
+  expanded. Everything is decided on real paths: symlinks and `..` are resolved before the check,
+  a symlink as the final component is always refused (even one pointing inside temp), an existing
+  directory is refused, and a file with more than one hard link is refused unless it is the target
+  path itself (another link would alias a file we were not asked to write).
+- `validate_patch_source(source, mode, environ)` -> same rules for the file a split patch will
+  replace (main: temp roots; file-edit: the target or temp, never a segment).
+- `write_file_atomic(path, data, mode, cwd, environ)` -> {path, bytes, created}. It validates, then
+  walks from "/" with O_DIRECTORY|O_NOFOLLOW directory fds (creating missing parents 0700 only inside
+  a temp root), re-checks the opened parent's real path, re-checks the final entry through the dir
+  fd, writes a temp file in that directory, fsyncs, keeps the old permission bits, and os.replace()s
+  it into place relative to the dir fd, so a hardlink or symlink swapped in at the destination is
+  replaced rather than written through. Filesystem failures raise InputError("write failed", ...).
+"""
+import errno
+import os
+import stat
+from dataclasses import dataclass
+
+from nagent_errors import InputError, RefusedError
+
+FIXED_TEMP_ROOTS = ("/tmp", "/var/tmp")
+PATH_MAX = 4096
+NAME_MAX = 255
+INDEX_NAME = "index.json"
+INDEX_MAX_BYTES = 16 * 1024 * 1024
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+@dataclass(frozen=True)
+class WriteMode:
+    kind: str = "main"
+    target: str | None = None
+    target_id: str | None = None
+
+    def __post_init__(self):
+        if self.kind not in ("main", "file-edit"):
+            raise ValueError(f"unknown write mode kind: {self.kind!r}")
+
+
+def temp_roots(environ=None) -> tuple[str, ...]:
+    environ = os.environ if environ is None else environ
+    candidates = list(FIXED_TEMP_ROOTS)
+    tmpdir = environ.get("TMPDIR") or ""
+    # A relative TMPDIR would depend on whoever's cwd; a missing one grants nothing real.
+    if tmpdir and os.path.isabs(tmpdir) and os.path.isdir(tmpdir):
+        candidates.append(tmpdir)
+    roots = []
+    for candidate in candidates:
+        real = os.path.realpath(candidate)
+        if real != "/" and os.path.isdir(real) and real not in roots:
+            roots.append(real)
+    return tuple(roots)
+
+
+def _inside(path, root):
+    return path.startswith(root.rstrip("/") + "/")
+
+
+def _shown(path):
+    """The path as it may appear in a one-line error (no control chars, bounded length)."""
+    text = path if path.isprintable() else repr(path)
+    return text if len(text) <= 300 else text[:300] + "..."
+
+
+def _refuse(path, reason):
+    return RefusedError("write refused", _shown(path), reason)
+
+
+def _check_syntax(path):
+    if not isinstance(path, str):
+        raise _refuse(repr(path), "path must be text")
+    if path == "":
+        raise _refuse("", "empty path")
+    if any(ord(ch) < 32 or ord(ch) == 127 for ch in path):
+        raise _refuse(path, "control character (NUL/newline) in path")
+    try:
+        raw = os.fsencode(path)
+    except UnicodeError:
+        raise _refuse(path, "path is not encodable") from None
+    if len(raw) >= PATH_MAX:
+        raise _refuse(path, f"path longer than PATH_MAX ({PATH_MAX} bytes)")
+    if any(len(part) > NAME_MAX for part in raw.split(b"/")):
+        raise _refuse(path, f"a path component is longer than NAME_MAX ({NAME_MAX} bytes)")
+
+
+def _lstat(path, dir_fd=None):
+    try:
+        return os.lstat(path, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        raise _refuse(path, f"cannot inspect path: {error.strerror}") from None
+
+
+def _file_id(st):
+    return f"{st.st_dev}:{st.st_ino}"
+
+
+def _source_is_target(source, mode):
+    if not isinstance(source, str) or not os.path.isabs(source):
+        return False
+    real = os.path.realpath(source)
+    if mode.target and real == os.path.realpath(mode.target):
+        return True
+    if not mode.target_id:
+        return False
+    try:
+        st = os.stat(real)
+    except OSError:
+        return False
+    return stat.S_ISREG(st.st_mode) and _file_id(st) == mode.target_id
+
+
+def _read_split_index(directory):
+    """DIR/index.json as a dict, or None; a symlinked or oversized index is ignored."""
+    try:
+        fd = os.open(os.path.join(directory, INDEX_NAME), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > INDEX_MAX_BYTES:
+            return None
+        chunks = []
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    import json  # only segment writes outside temp pay for it
+    try:
+        data = json.loads(b"".join(chunks).decode("utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _is_segment_of_target(final, mode):
+    directory, name = os.path.split(final)
+    # The index itself and hidden names are never segments: granting the index would let a
+    # session rewrite the list of what it may write.
+    if name == INDEX_NAME or name.startswith("."):
+        return False
+    index = _read_split_index(directory)
+    if index is None or not _source_is_target(index.get("source"), mode):
+        return False
+    segments = index.get("segments")
+    if not isinstance(segments, list):
+        return False
+    for segment in segments:
+        listed = segment.get("file") if isinstance(segment, dict) else None
+        if isinstance(listed, str) and "/" not in listed and listed == name:
+            return True
+    return False
+
+
+def _authorize(final, st, mode, roots, allow_segments):
+    """Return None when `final` (a resolved path whose lstat is `st`) may be written, else a reason."""
+    if st is not None and stat.S_ISLNK(st.st_mode):
+        return "the final path component is a symlink (write the real file instead)"
+    if st is not None and stat.S_ISDIR(st.st_mode):
+        return "path is an existing directory"
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        return "path is not a regular file"
+    is_target_path = (mode.kind == "file-edit" and bool(mode.target)
+                      and final == os.path.realpath(mode.target))
+    if st is not None and st.st_nlink > 1 and not is_target_path:
+        return "file has more than one hard link (it would alias another file)"
+    if any(_inside(final, root) for root in roots):
+        return None
+    if mode.kind == "main":
+        return "main conversation may write only under " + ", ".join(roots)
+    if is_target_path:
+        return None
+    if st is not None and mode.target_id and _file_id(st) == mode.target_id:
+        return None
+    if allow_segments and _is_segment_of_target(final, mode):
+        return None
+    return "file-edit session may write only its target, that target's split segments, or " \
+           + ", ".join(roots)
+
+
+def _resolve(path, cwd):
+    joined = path if os.path.isabs(path) else os.path.join(os.path.abspath(cwd), path)
+    head, name = os.path.split(joined)
+    if name in ("", ".", ".."):
+        raise _refuse(path, "path names a directory, not a file")
+    try:
+        final = os.path.join(os.path.realpath(head), name)
+    except OSError as error:
+        raise _refuse(path, f"cannot resolve path: {error.strerror}") from None
+    if len(os.fsencode(final)) >= PATH_MAX:
+        raise _refuse(path, f"resolved path longer than PATH_MAX ({PATH_MAX} bytes)")
+    return final
+
+
+def validate_write_path(path: str, mode: WriteMode, cwd: str, environ=None) -> str:
+    _check_syntax(path)
+    final = _resolve(path, cwd)
+    reason = _authorize(final, _lstat(final), mode, temp_roots(environ), allow_segments=True)
+    if reason:
+        raise _refuse(path, reason)
+    return final
+
+
+def validate_patch_source(source: str, mode: WriteMode, environ=None) -> str:
+    _check_syntax(source)
+    if not os.path.isabs(source):
+        raise _refuse(source, "patch source must be an absolute path")
+    final = _resolve(source, "/")
+    reason = _authorize(final, _lstat(final), mode, temp_roots(environ), allow_segments=False)
+    if reason:
+        raise _refuse(source, reason)
+    return final
+
+
+# -- the writer ------------------------------------------------------------------------------
+
+def _opened_path(fd):
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return None
+
+
+def _check_opened(fd, expected):
+    """The directory we hold must still be the one we validated (defeats swaps during the walk)."""
+    actual = _opened_path(fd)
+    if actual is None:  # no /proc: fall back to comparing identities
+        try:
+            same = os.path.samestat(os.fstat(fd), os.stat(expected))
+        except OSError:
+            same = False
+        if not same:
+            raise _refuse(expected, "parent directory changed while writing")
+    elif actual != expected:
+        raise _refuse(expected, f"parent directory changed while writing (now {_shown(actual)})")
+
+
+def _open_parent(parent, roots):
+    """Open `parent` (a resolved absolute path) component by component without following links."""
+    fd = os.open("/", _DIR_FLAGS)
+    current = "/"
+    try:
+        for part in [p for p in parent.split("/") if p]:
+            child = os.path.join(current, part)
+            try:
+                next_fd = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            except FileNotFoundError:
+                if not any(_inside(child, root) for root in roots):
+                    raise _refuse(child, "parent directory does not exist (created only inside temp)")
+                try:
+                    os.mkdir(part, 0o700, dir_fd=fd)
+                except FileExistsError:
+                    pass
+                next_fd = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            except OSError as error:
+                reason = "a path component is a symlink or not a directory" \
+                    if error.errno in (errno.ELOOP, errno.ENOTDIR) else f"cannot open directory: {error.strerror}"
+                raise _refuse(child, reason) from None
+            os.close(fd)
+            fd, current = next_fd, child
+        _check_opened(fd, parent)
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _write_all(fd, data):
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+def _write_validated(final, data, mode, environ=None) -> dict:
+    """Write `data` to an already validated resolved path, re-checking everything via dir fds."""
+    roots = temp_roots(environ)
+    parent, name = os.path.split(final)
+    try:
+        dir_fd = _open_parent(parent, roots)
+    except OSError as error:
+        raise InputError("write failed", _shown(final), error.strerror) from None
+    temp_name = None
+    try:
+        st = _lstat(name, dir_fd=dir_fd)
+        reason = _authorize(final, st, mode, roots, allow_segments=True)
+        if reason:
+            raise _refuse(final, reason)
+        temp_name = f".nagent-{os.urandom(8).hex()}.tmp"
+        fd = os.open(temp_name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o666, dir_fd=dir_fd)
+        try:
+            if st is not None:
+                os.fchmod(fd, stat.S_IMODE(st.st_mode) & 0o777)
+            _write_all(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(temp_name, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        temp_name = None
+        os.fsync(dir_fd)
+        return {"path": final, "bytes": len(data), "created": st is None}
+    except OSError as error:
+        raise InputError("write failed", _shown(final), error.strerror) from None
+    finally:
+        if temp_name is not None:
+            try:
+                os.unlink(temp_name, dir_fd=dir_fd)
+            except OSError:
+                pass
+        os.close(dir_fd)
+
+
+def write_file_atomic(path: str, data: bytes, mode: WriteMode, cwd: str, environ=None) -> dict:
+    if isinstance(data, str):
+        data = data.encode("utf-8")
+    final = validate_write_path(path, mode, cwd, environ)
+    return _write_validated(final, bytes(data), mode, environ)

@@ -1,0 +1,107 @@
+"""Hermetic test base shared by every nagent test.
+
+Data contract: `HermeticTestCase` gives each test a temp dir (`self.tmp`), a temp HOME
+(`self.home`), a temp cwd (`self.cwd`, also the process cwd during the test), an
+environment dict (`self.env`) with every provider key variable and base URL removed,
+`NAGENT_CONFIG` pointing at `self.config_path` (absent until `write_config` is called),
+`NAGENT_NO_SPINNER=1`, and `TMPDIR` inside the temp dir. `run_tool(name, *args, input=...)`
+runs a real bin/ executable as a subprocess with that environment and returns a
+CompletedProcess with text stdout/stderr. In-process code under test should receive
+`self.env` explicitly or run inside `with self.patched_environ():`.
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+from contextlib import contextmanager
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BIN = os.path.join(REPO, "bin")
+HELPERS = os.path.join(BIN, "helpers")
+TESTS = os.path.dirname(os.path.abspath(__file__))
+if HELPERS not in sys.path:
+    sys.path.insert(0, HELPERS)
+
+SCRUBBED_PREFIXES = ("OPENAI_", "ANTHROPIC_", "GOOGLE_", "GEMINI_", "CURSOR_", "NAGENT_",
+                     "OPENROUTER_", "STY", "WINDOW", "BASHPID", "TMUX")
+
+
+def clean_environ(base=None):
+    base = os.environ if base is None else base
+    env = {}
+    for name, value in base.items():
+        if name.startswith(SCRUBBED_PREFIXES) or name.endswith(("_API_KEY", "_TOKEN")):
+            continue
+        if name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy",
+                    "all_proxy"):
+            continue
+        env[name] = value
+    env["NO_PROXY"] = env["no_proxy"] = "127.0.0.1,localhost"
+    return env
+
+
+class HermeticTestCase(unittest.TestCase):
+    maxDiff = None
+
+    def setUp(self):
+        super().setUp()
+        self.tmp = os.path.realpath(tempfile.mkdtemp(prefix="nagent-test-"))
+        self.addCleanup(shutil.rmtree, self.tmp, True)
+        self.home = os.path.join(self.tmp, "home")
+        self.cwd = os.path.join(self.tmp, "work")
+        self.tmpdir = os.path.join(self.tmp, "tmpdir")
+        for path in (self.home, self.cwd, self.tmpdir):
+            os.makedirs(path)
+        self.config_path = os.path.join(self.tmp, "config.json")
+        env = clean_environ()
+        env.update(HOME=self.home, NAGENT_CONFIG=self.config_path, NAGENT_NO_SPINNER="1",
+                   TMPDIR=self.tmpdir, PYTHONDONTWRITEBYTECODE="1")
+        self.env = env
+        old_cwd = os.getcwd()
+        os.chdir(self.cwd)
+        self.addCleanup(os.chdir, old_cwd)
+
+    # -- helpers ---------------------------------------------------------------------
+    def write_config(self, data):
+        with open(self.config_path, "w", encoding="utf-8") as handle:
+            json.dump(data, handle)
+        return self.config_path
+
+    def write_file(self, relpath, content, mode="w"):
+        path = relpath if os.path.isabs(relpath) else os.path.join(self.cwd, relpath)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, mode, **({} if "b" in mode else {"encoding": "utf-8", "newline": ""})) as handle:
+            handle.write(content)
+        return path
+
+    def run_tool(self, name, *args, input=None, env=None, timeout=120, cwd=None):
+        cmd = [sys.executable, os.path.join(BIN, name), *args]
+        return subprocess.run(cmd, input=input, capture_output=True, text=True,
+                              env=self.env if env is None else env, timeout=timeout,
+                              cwd=self.cwd if cwd is None else cwd)
+
+    def assertCleanError(self, proc, code=None, contains=None):
+        """A failed command: non-zero (or `code`), one `Error:` line, no traceback."""
+        if code is None:
+            self.assertNotEqual(proc.returncode, 0, proc.stderr)
+        else:
+            self.assertEqual(proc.returncode, code, proc.stderr)
+        self.assertNotIn("Traceback", proc.stderr)
+        error_lines = [line for line in proc.stderr.splitlines() if line.startswith("Error: ")]
+        self.assertEqual(len(error_lines), 1, proc.stderr)
+        if contains:
+            self.assertIn(contains, error_lines[0])
+
+    @contextmanager
+    def patched_environ(self):
+        saved = dict(os.environ)
+        os.environ.clear()
+        os.environ.update(self.env)
+        try:
+            yield
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
