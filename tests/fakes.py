@@ -18,9 +18,17 @@ Data contract:
   Responses status/incomplete_details, Anthropic stop_reason (+stop_sequence = first requested
   stop string), Gemini finishReason. Normalised usage keys: input (uncached prompt), cache_read,
   cache_write, output, reasoning; any other key in `usage=` is deep-merged into the vendor's own
-  usage object. Token estimate everywhere: ceil(utf8 bytes / 4); output = estimate of the text.
+  usage object; a normalised key scripted as None drops the usage object from the answer (as
+  servers that report no usage do). Token estimate everywhere: ceil(utf8 bytes / 4) (non-text Anthropic blocks: of
+  their sorted JSON); output = estimate of the text. `reply(..., delay=s)` delays a good answer.
+- `stream: true` (or Gemini :streamGenerateContent) → the complete SSE stream in one response
+  (Anthropic and Responses events carry `event:` lines; chat ends with `data: [DONE]`).
 - Faults: status + headers + body (dict/bytes; default the vendor's real error JSON), `delay`
   seconds before answering, `drop=True` resets the connection (RST) without an answer.
+- Inspection: `requests` (dicts: vendor, method, path, query, headers, key_headers, json, body,
+  form, status, reply, defaulted), `requests_for(vendor)`, `pending()` (unconsumed script items),
+  `files` (uploads by OpenAI id / Gemini name), `errors` (bugs inside the fake, answered as 500).
+  `google_processing_polls = n` makes the first n reads of a new Gemini file say PROCESSING.
 - Keys: with `require_key` (default) a request without the vendor's key → 401 in its format;
   `valid_keys` (a set) also rejects other keys. Records keep key header *names* and redacted
   values; the key values themselves go only to `seen_keys`.
@@ -154,7 +162,14 @@ def error_body(vendor, status, message=None) -> dict:
     return {"error": {"message": message, "type": kind, "param": None, "code": code}}
 
 
-def render_usage(api, u) -> dict:
+def render_usage(api, u, native=None):
+    """The vendor's usage object; None (omitted) when any normalised count was scripted as None."""
+    if any(value is None for value in u.values()):
+        return None
+    return deep_merge(_usage_object(api, u), native)
+
+
+def _usage_object(api, u) -> dict:
     prompt = u["input"] + u["cache_read"] + u["cache_write"]
     out = u["output"] + u["reasoning"]
     if api == "chat":
@@ -453,7 +468,7 @@ class FakeVendor:
             answer = self._error(vendor, 401, "Invalid or missing API key (fake)")
         else:
             answer = self._dispatch(route, match, record)
-        record["status"] = answer.status
+        record["status"] = None if answer.drop else answer.status
         request_id = {"openai": "x-request-id", "anthropic": "request-id"}.get(vendor)
         if request_id:
             answer.headers.setdefault(request_id, f"req_fake_{len(self.requests)}")
@@ -487,7 +502,8 @@ class FakeVendor:
         usage = {"output": tokens(spec.text), "reasoning": 0, **base}
         native = {}
         for key, value in (spec.usage or {}).items():
-            (usage if key in ("input", "cache_read", "cache_write", "output", "reasoning") else native)[key] = value
+            normalised = key in ("input", "cache_read", "cache_write", "output", "reasoning")
+            (usage if normalised else native)[key] = value
         return usage, native
 
     def _prefix_usage(self, vendor, model, parts, spec):
@@ -504,7 +520,7 @@ class FakeVendor:
         if isinstance(spec, Fault):
             return self._answer("openai", spec)
         usage, native = self._prefix_usage("openai", req["model"], [req.get("tools")] + req["messages"], spec)
-        usage = deep_merge(render_usage("chat", usage), native)
+        usage = render_usage("chat", usage, native)
         finish = FINISH[spec.finish][0]
         base = {"id": self._id("chatcmpl-fake"), "created": int(time.time()), "model": req["model"],
                 "system_fingerprint": "fp_fake", "service_tier": "default"}
@@ -540,7 +556,7 @@ class FakeVendor:
                     "instructions": req.get("instructions"), "max_output_tokens": req.get("max_output_tokens"),
                     "parallel_tool_calls": True, "tool_choice": "auto", "tools": [], "metadata": {},
                     "text": {"format": {"type": "text"}},
-                    "usage": deep_merge(render_usage("responses", usage), native)}
+                    "usage": render_usage("responses", usage, native)}
         if not req.get("stream"):
             return _json(200, response, spec.delay)
         where = {"item_id": message["id"], "output_index": 0, "content_index": 0}
@@ -584,7 +600,7 @@ class FakeVendor:
         with self._lock:
             base = self._anthropic_cache.account(req["model"], blocks, self.cache_min_tokens)
         usage, native = self._usage(spec, base)
-        usage = deep_merge(render_usage("anthropic", usage), native)
+        usage = render_usage("anthropic", usage, native)
         stop_reason = FINISH[spec.finish][2]
         stop_sequence = (req.get("stop_sequences") or [None])[0] if stop_reason == "stop_sequence" else None
         message = {"id": self._id("msg_fake"), "type": "message", "role": "assistant", "model": req["model"],
@@ -593,7 +609,7 @@ class FakeVendor:
         if not req.get("stream"):
             return _json(200, message, spec.delay)
         started = dict(message, content=[], stop_reason=None, stop_sequence=None,
-                       usage=dict(usage, output_tokens=1))
+                       usage=usage and dict(usage, output_tokens=1))
         events = [("message_start", {"message": started}),
                   ("content_block_start", {"index": 0, "content_block": {"type": "text", "text": ""}}),
                   ("ping", {})]
@@ -617,7 +633,7 @@ class FakeVendor:
             return self._answer("google", spec)
         usage, native = self._prefix_usage(
             "google", model, [req.get("tools"), req.get("systemInstruction")] + req["contents"], spec)
-        usage = deep_merge(render_usage("google", usage), native)
+        usage = render_usage("google", usage, native)
         response_id = self._id("fake-response-")
 
         def chunk(text, finish):
@@ -625,7 +641,7 @@ class FakeVendor:
             if finish:
                 candidate["finishReason"] = FINISH[spec.finish][3]
             return {"candidates": [candidate], "modelVersion": model, "responseId": response_id,
-                    **({"usageMetadata": usage} if finish else {})}
+                    **({"usageMetadata": usage} if finish and usage else {})}
         if op == "generateContent":
             return _json(200, chunk(spec.text, True), spec.delay)
         parts = pieces(spec.text)
@@ -754,6 +770,7 @@ def _stream(events, delay=0.0) -> Answer:
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # small answers must not wait for delayed ACKs (~40 ms each)
     fake = None  # bound per server by FakeVendor.start
 
     def setup(self):

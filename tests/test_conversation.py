@@ -89,7 +89,8 @@ class FramingTest(HermeticTestCase):
     def test_offsets_point_at_headers(self):
         data = b"".join(encode_record(i, "system", "é" * i, time=T) for i in range(1, 6))
         for record in parse_records(data)[0]:
-            self.assertTrue(data[record.offset:].startswith(b'<nagent-record seq="%d"' % record.seq))
+            header = b'<nagent-record seq="%d"' % record.seq
+            self.assertTrue(data[record.offset:].startswith(header))
 
     def test_bad_input_to_encoder(self):
         for seq, kind, attrs in [(0, "x", None), ("1", "x", None), (1, "bad kind", None),

@@ -224,6 +224,14 @@ class OpenAISdkTests(FakeVendorTestCase):
         self.assertLess(cached, second.usage.prompt_tokens)
         self.assertEqual((cached - 32) % 8, 0)
 
+    def test_usage_scripted_as_none_is_omitted(self):
+        self.fake.reply("no usage", usage={"output": None})
+        self.fake.reply("none either", usage={"input": None})
+        chat = self.client.chat.completions.create(model="m", messages=[{"role": "user", "content": "q"}])
+        self.assertEqual((chat.choices[0].message.content, chat.usage), ("no usage", None))
+        self.assertIsNone(self.client.responses.create(model="m", input="q").usage)
+        self.assertEqual(self.fake.errors, [])
+
     def test_models_list_and_files(self):
         self.fake.models["openai"] = ["local-model"]
         self.assertEqual([model.id for model in self.client.models.list()], ["local-model"])
@@ -339,7 +347,8 @@ class AnthropicSdkTests(FakeVendorTestCase):
         with self.client.messages.stream(model="claude-sonnet-4-6", max_tokens=50,
                                          messages=[{"role": "user", "content": "q"}]) as stream:
             final = stream.get_final_message()
-        self.assertEqual((final.content[0].text, final.usage.output_tokens), ("streamed text", tokens("streamed text")))
+        self.assertEqual((final.content[0].text, final.usage.output_tokens),
+                         ("streamed text", tokens("streamed text")))
 
 
 class GoogleSdkTests(FakeVendorTestCase):
@@ -359,7 +368,8 @@ class GoogleSdkTests(FakeVendorTestCase):
         response = self.client.models.generate_content(model="gemini-2.5-flash", contents="q", config=config)
         self.assertEqual(response.text, "gemini says")
         usage = response.usage_metadata
-        self.assertEqual((usage.candidates_token_count, usage.thoughts_token_count, usage.cached_content_token_count),
+        self.assertEqual((usage.candidates_token_count, usage.thoughts_token_count,
+                          usage.cached_content_token_count),
                          (tokens("gemini says"), 4, 0))
         self.assertEqual(response.candidates[0].finish_reason, self.types.FinishReason.STOP)
         record = self.fake.requests_for("google")[-1]

@@ -225,8 +225,8 @@ class ProviderCallsTest(FakeVendorTestCase):
         import nagent_llm
         from nagent_config import resolve_settings as resolve
         result = nagent_llm.generate(nagent_llm.text_request("y" * 80), resolve({}, self.env))
-        if result.estimated:
-            self.assertEqual((result.input_tokens, result.output_tokens), (20, 10))
+        self.assertTrue(result.estimated)
+        self.assertEqual((result.input_tokens, result.output_tokens), (20, 10))
 
     def test_list_models_from_api_and_table(self):
         import nagent_llm

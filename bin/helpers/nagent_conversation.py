@@ -57,7 +57,6 @@ BUSY_FIX = "another nagent run is using it; wait or use --conversation NAME"
 
 _NAME = r"[A-Za-z_][A-Za-z0-9_.:-]*"
 _NAME_RE = re.compile(_NAME + r"\Z")
-_FRAME_LINE_RE = re.compile(rb"^</?nagent-record[^\n]*(?:\n|\Z)", re.M)
 _HEADER_RE = re.compile(r'<nagent-record((?:[ \t]+' + _NAME + r'="[^"]*")*)[ \t]*>\Z')
 _ATTR_RE = re.compile(r'(' + _NAME + r')="([^"]*)"')
 _ESCAPE_RE = re.compile(r"^(\\*</?nagent-record)", re.M)
@@ -181,13 +180,35 @@ def _finish(records, data, head, body_end):
                           time, offset))
 
 
+def _frame_lines(data):
+    """(start, end) of each line starting with "<nagent-record" or "</nagent-record" (end includes
+    the newline, if any); bytes.find keeps this near memchr speed on big files."""
+    find, at = data.find, 0
+    while True:
+        hit = find(b"nagent-record", at)
+        if hit < 0:
+            return
+        if hit >= 1 and data[hit - 1] == 60:        # "<nagent-record"
+            start = hit - 1
+        elif hit >= 2 and data[hit - 2:hit] == b"</":
+            start = hit - 2
+        else:
+            start = -1
+        if start < 0 or (start > 0 and data[start - 1] != 10):  # not at a line start
+            at = hit + 1
+            continue
+        end = find(b"\n", hit)
+        end = len(data) if end < 0 else end + 1
+        yield start, end
+        at = end
+
+
 def parse_records(data, *, source="", offset=0):
     """(records, torn_tail_bytes) from the bytes of a conversation file (or a suffix of one that
     starts at a line boundary; `offset` is that suffix's position, for Record.offset)."""
     records, current, pos, torn_start = [], None, 0, None
-    for match in _FRAME_LINE_RE.finditer(data):
-        start, end = match.span()
-        line = match.group()
+    for start, end in _frame_lines(data):
+        line = data[start:end]
         complete = line.endswith(b"\n")
         if line.startswith(HEADER_MARK):
             if current is not None:
@@ -343,7 +364,8 @@ def last_stats(records):
 
 def read_tail_summary(path):
     """{"path", "size", "records", "last_seq", "stats", "last_time"} from the file's tail only:
-    headers are found scanning backwards, so the cost does not grow with the file."""
+    headers are found scanning backwards, so the cost does not grow with the file. "records" is
+    the last complete record's seq (seqs count records); "stats" is the last stats JSON."""
     path = os.fspath(path)
     summary = {"path": path, "size": 0, "records": 0, "last_seq": 0, "stats": None,
                "last_time": None}
@@ -442,12 +464,28 @@ class ConversationWriter:
         self._cache = None      # ((size, mtime_ns), records)
         self._lock_fd = acquire_lock(self.path, lock_timeout)
         try:
+            self._open()
+        except BaseException:
+            self.close()
+            raise
+
+    def _open(self):
+        try:
             self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC,
                                0o600)
             self._recover()
         except OSError as error:
-            self.close()
             raise InputError("cannot open conversation", self.path, error.strerror or str(error))
+
+    def reopen(self):
+        """Keep the lock but re-open `path`, after the holder replaced the file (os.replace)."""
+        if self._lock_fd is None:
+            raise ValueError("conversation writer is closed")
+        fd, self._fd, self._cache = self._fd, None, None
+        if fd is not None:
+            os.close(fd)
+        try:
+            self._open()
         except BaseException:
             self.close()
             raise

@@ -24,7 +24,8 @@ Data contract
   conversation about to be replaced is archived first; save_as refuses an existing name
   (RefusedError) unless overwrite=True; a conversation whose lock a running nagent holds is never
   touched (BusyError). A caller holding a ConversationWriter on a path must close it before
-  archiving, loading or branching onto that path (flock conflicts within one process too).
+  archiving, loading or branching onto that path (flock conflicts within one process too), or
+  use archive_locked(), replace the file itself and call writer.reopen().
 * Copies take complete records only: a torn tail of the source is left out.
 """
 import fcntl
@@ -179,7 +180,8 @@ def _move_unique(source, base):
                      "clean up the archive directory")
 
 
-def _archive_locked(path):
+def archive_locked(path):
+    """archive() for a caller that already holds the conversation's lock."""
     if not os.path.lexists(path):
         return None
     base = os.path.basename(path)
@@ -200,7 +202,7 @@ def archive(path, reason="clear", lock_timeout=LOCK_TIMEOUT):
         return None
     try:
         with conversation_lock(path, lock_timeout):
-            return _archive_locked(path)
+            return archive_locked(path)
     except OSError as error:
         raise InputError("cannot archive conversation", path, error.strerror or str(error))
 
@@ -215,7 +217,7 @@ def _write_into(target, data, mode, lock_timeout, replace_existing):
                 if not replace_existing:
                     raise RefusedError("conversation already exists", target,
                                        "choose another name or ask to overwrite it")
-                _archive_locked(target)
+                archive_locked(target)
             write_atomic(target, data, mode)
     except OSError as error:
         raise InputError("cannot write conversation", target, error.strerror or str(error))

@@ -13,10 +13,11 @@ from dataclasses import dataclass, replace
 from nagent_accounting import TokenStats, add_child, add_result, status_line
 from nagent_actions import process_action
 from nagent_cli import Spinner, redact
-from nagent_conversation import ConversationWriter, last_stats
+from nagent_conversation import ConversationWriter, last_stats, utc_now
 from nagent_errors import EXIT_CODES, LimitError, NagentError, ProtocolFailure, ProviderError
 from nagent_protocol import clean_user_output, correction_text, kept_reply, parse_response
 from nagent_requests import build_request
+from nagent_window import maybe_compact
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,7 @@ class Run:
         self.run_stats = TokenStats()
         previous = last_stats(writer.records())
         self.conv_stats = TokenStats.from_dict((previous or {}).get("conversation", {}))
+        self.windows = list((previous or {}).get("windows") or [])
         self.calls = 0
         self.recent_actions = []
 
@@ -52,12 +54,20 @@ class Run:
         return self.writer.append(kind, redact(body, self.session.secrets), attrs)
 
     def record_stats(self, result=None):
-        body = {"conversation": self.conv_stats.as_dict(), "run": self.run_stats.as_dict()}
+        body = {"conversation": self.conv_stats.as_dict(), "run": self.run_stats.as_dict(),
+                "windows": self.windows}
         if result is not None:
             body["last_call"] = {key: getattr(result, key) for key in (
                 "provider", "model", "input_tokens", "output_tokens", "cache_read_tokens",
                 "cache_write_tokens", "finish_reason", "elapsed", "attempts", "estimated")}
         self.append("stats", json.dumps(body, sort_keys=True))
+
+
+    def count_call(self, result):
+        config = self.session.settings.config
+        self.run_stats = add_result(self.run_stats, result, config)
+        self.conv_stats = add_result(self.conv_stats, result, config)
+        self.record_stats(result)
 
 
 def call_llm(run, spinner):
@@ -80,9 +90,7 @@ def call_llm(run, spinner):
     except ProviderError as error:
         run.append("error", error.line(), {"status": str(error.status or error.error_type)})
         raise
-    run.run_stats = add_result(run.run_stats, result, session.settings.config)
-    run.conv_stats = add_result(run.conv_stats, result, session.settings.config)
-    run.record_stats(result)
+    run.count_call(result)
     spinner.set_label(status_line(run.run_stats))
     return result
 
@@ -167,6 +175,7 @@ def _loop(run, prompt, source):
     with Spinner("waiting for model") as spinner:
         while True:
             try:
+                maybe_compact(run, utc_now())
                 text, result, continued = next_reply(run, spinner)
             except NagentError as error:
                 if isinstance(error, LimitError):

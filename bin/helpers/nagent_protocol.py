@@ -39,6 +39,7 @@ _FENCE_LINE = re.compile(r"^ {0,3}(`{3,})[ \t\r]*$", re.M)
 _ENTITY = re.compile(r"&(#[0-9]{1,7}|#[xX][0-9A-Fa-f]{1,6}|quot|amp|lt|gt|apos);")
 _NAMED_ENTITIES = {"quot": '"', "amp": "&", "lt": "<", "gt": ">", "apos": "'"}
 _BLOCK_NAME = re.compile(r"[a-z][a-z0-9-]*")
+_STUTTER_MAX = 65536  # stutters are short tags; don't copy huge bodies just to compare them
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,9 +64,9 @@ class Action:
 @dataclass(frozen=True, slots=True)
 class Parse:
     actions: tuple = ()
-    error: str = None
-    cut_at: int = None
-    cut_tag: str = None
+    error: str | None = None
+    cut_at: int | None = None
+    cut_tag: str | None = None
     duplicates_dropped: int = 0
 
     @property
@@ -117,22 +118,21 @@ def _outside(text, pos):
     return _Invalid(f"text outside tags at line {_line(text, pos)}: '{_snippet(text, pos)}'.")
 
 
-def _fabricated(name):
-    return (f"reply wrote the driver's <{name}> block; stop before results, "
+def _fabricated(name, where=""):
+    return (f"reply wrote the driver's <{name}> block{where}; stop before results, "
             "the driver appends them.")
 
 
 def _leaked_thinking_end(text):
-    """Offset just past a leading `…</think>` whose opening tag the model never printed."""
-    found = [(at, at + len(close)) for close in ("</think>", "</thinking>")
-             for at in (text.find(close),) if at >= 0]
+    """Offset just past a leading `prose…</think>` whose opening tag the model never printed."""
+    first = _WS.match(text).end()
+    if text.startswith(("<", "`"), first):
+        return 0
+    found = [at for at in (text.find("</think>"), text.find("</thinking>")) if at >= 0]
     if not found:
         return 0
-    at, end = min(found)
-    before = text[:at]
-    if "<nagent-" in before or "<think" in before:
-        return 0
-    return end
+    at = min(found)
+    return text.index(">", at) + 1
 
 
 def _bad(text, kind, tag_at, problem, cls=_Invalid):
@@ -272,7 +272,7 @@ def _tag(text, pos, actions, fence):
         return end + len(close)
     kind = name[len("nagent-"):] if name.startswith("nagent-") else None
     if name == "system" or (kind and kind.endswith("-result")):
-        raise _Invalid(_fabricated(name))
+        raise _Invalid(_fabricated(name, f" at line {_line(text, pos)}"))
     if kind not in ACTION_TAGS:
         raise _Invalid(f"unknown tag <{name}> at line {_line(text, pos)}.")
     if fence[0] == "closed":
@@ -301,18 +301,25 @@ def _fence(text, pos, actions, fence):
 
 
 def _scan(text, cut):
-    """All actions in `text` (already cut); raises _Invalid. A cut forgives a truncated tail."""
+    """(actions, skipped stutters) in `text` (already cut); raises _Invalid.
+    A cut forgives a truncated tail."""
     n = len(text)
     pos = _leaked_thinking_end(text)
-    actions = []
-    fence = [None, 0]
+    actions, fence, repeats, last_raw = [], [None, 0], 0, None
     try:
         while True:
             pos = _WS.match(text, pos).end()
             if pos >= n:
                 break
-            if text[pos] == "<":
+            if last_raw and fence[0] != "closed" and text.startswith(last_raw, pos):
+                # A byte-identical stutter parses identically: skip it without re-parsing.
+                repeats += 1
+                pos += len(last_raw)
+            elif text[pos] == "<":
+                count = len(actions)
                 pos = _tag(text, pos, actions, fence)
+                grew = len(actions) > count and pos - actions[-1].start <= _STUTTER_MAX
+                last_raw = text[actions[-1].start:pos] if grew else None
             elif text.startswith("```", pos):
                 pos = _fence(text, pos, actions, fence)
             else:
@@ -320,10 +327,10 @@ def _scan(text, cut):
     except _Truncated:
         if not cut:
             raise
-        return actions
+        return actions, repeats
     if fence[0] == "open" and not cut:
         raise _Invalid(f"unclosed markdown fence opened at line {_line(text, fence[1])}.")
-    return actions
+    return actions, repeats
 
 
 def _collapse(actions):
@@ -346,14 +353,14 @@ def parse_response(text):
     if match:
         cut_at, cut_tag = match.start(1) - 1, match.group(1)
     try:
-        actions = _scan(text if cut_at is None else text[:cut_at], cut_at is not None)
+        actions, repeats = _scan(text if cut_at is None else text[:cut_at], cut_at is not None)
     except _Invalid as exc:
         return Parse(error=exc.detail, cut_at=cut_at, cut_tag=cut_tag)
     if not actions:
         detail = _fabricated(cut_tag) if cut_tag else "no nagent tags in reply."
         return Parse(error=detail, cut_at=cut_at, cut_tag=cut_tag)
     actions, dropped = _collapse(actions)
-    return Parse(tuple(actions), None, cut_at, cut_tag, dropped)
+    return Parse(tuple(actions), None, cut_at, cut_tag, dropped + repeats)
 
 
 def trim_partial_tag(text):
@@ -397,23 +404,24 @@ def _unfence(text):
     return None
 
 
+def _unwrap(text):
+    """Body of one <nagent-response> wrapping all of `text`, or None."""
+    opener, closer = "<nagent-response>", "</nagent-response>"
+    stripped = text.strip()
+    if not (stripped.startswith(opener) and stripped.endswith(closer)) or \
+            stripped.find(closer, len(opener)) != len(stripped) - len(closer):
+        return None
+    return _drop_trailing_newline(_drop_leading_newline(stripped[len(opener):-len(closer)]))
+
+
 def clean_user_output(text):
     """Strip a whole-reply <nagent-response> wrapper and/or one surrounding markdown fence."""
-    opener, closer = "<nagent-response>", "</nagent-response>"
-    current, changed, unwrapped = text, False, False
-    for step in ("wrapper", "fence", "wrapper"):
-        stripped = current.strip()
-        if step == "wrapper" and not unwrapped:
-            if (stripped.startswith(opener) and stripped.endswith(closer)
-                    and stripped.find(closer, len(opener)) == len(stripped) - len(closer)):
-                inner = stripped[len(opener):len(stripped) - len(closer)]
-                current = _drop_trailing_newline(_drop_leading_newline(inner))
-                changed = unwrapped = True
-        elif step == "fence":
-            inner = _unfence(current)
-            if inner is not None:
-                current, changed = inner, True
-    return current if changed else text
+    unwrapped = _unwrap(text)
+    unfenced = _unfence(text if unwrapped is None else unwrapped)
+    if unfenced is None:
+        return text if unwrapped is None else unwrapped
+    inner = _unwrap(unfenced) if unwrapped is None else None
+    return unfenced if inner is None else inner
 
 
 def escape_attr(value):

@@ -45,23 +45,30 @@ _DQ_MULTI = r'"(?:\\[\s\S]|[^"\\])*"'
 _CHAR = r"'(?:\\[^\n][^'\n]{0,8}|[^'\\\n])'"
 _SQ = r"'(?:\\[\s\S]|[^'\\\n])*'"
 _BR = r"|(?P<o>[{(\[])|(?P<x>[})\]])"
-C_TOKENS = _BLOCK + r"|(?P<s>" + _DQ + "|" + _CHAR + ")" + _BR
-CPP_TOKENS = (_BLOCK + r'|(?P<s>(?:u8|[uUL])?R"(?P<d>[^()\\\s"]{0,16})\([\s\S]*?\)(?P=d)"|' + _DQ + "|"
-              + _CHAR + ")" + _BR)
-JS_TOKENS = _BLOCK + r"|(?P<s>" + _DQ + "|" + _SQ + r"|`(?:\\[\s\S]|[^`\\])*`)" + _BR
-GO_TOKENS = _BLOCK + r"|(?P<s>" + _DQ + "|" + _CHAR + r"|`[^`]*`)" + _BR
-RUST_TOKENS = _BLOCK + r'|(?P<s>r(?P<d>#*)"[\s\S]*?"(?P=d)|b?' + _DQ_MULTI + "|b?" + _CHAR + ")" + _BR
-JSON_TOKENS = _BLOCK + r"|(?P<s>" + _DQ + r")|(?P<o>[{\[])|(?P<x>[}\]])"
+# Each tokenizer opens with a lookahead on its possible first characters: the regex engine
+# then skips ordinary text quickly instead of trying every alternative at every offset.
+C_TOKENS = r"(?=[/\"'{}()\[\]])(?:" + _BLOCK + r"|(?P<s>" + _DQ + "|" + _CHAR + ")" + _BR + ")"
+CPP_TOKENS = (r"(?=[/\"'{}()\[\]RuUL])(?:" + _BLOCK
+              + r'|(?P<s>(?:u8|[uUL])?R"(?P<d>[^()\\\s"]{0,16})\([\s\S]*?\)(?P=d)"|' + _DQ + "|"
+              + _CHAR + ")" + _BR + ")")
+JS_TOKENS = (r"(?=[/\"'`{}()\[\]])(?:" + _BLOCK + r"|(?P<s>" + _DQ + "|" + _SQ
+             + r"|`(?:\\[\s\S]|[^`\\])*`)" + _BR + ")")
+GO_TOKENS = (r"(?=[/\"'`{}()\[\]])(?:" + _BLOCK + r"|(?P<s>" + _DQ + "|" + _CHAR + r"|`[^`]*`)"
+             + _BR + ")")
+RUST_TOKENS = (r"(?=[/\"'{}()\[\]rb])(?:" + _BLOCK + r'|(?P<s>r(?P<d>#*)"[\s\S]*?"(?P=d)|b?'
+               + _DQ_MULTI + "|b?" + _CHAR + ")" + _BR + ")")
+JSON_TOKENS = (r"(?=[/\"{}\[\]])(?:" + _BLOCK + r"|(?P<s>" + _DQ
+               + r")|(?P<o>[{\[])|(?P<x>[}\]]))")
 _TRIPLE = (r'"""(?:\\[\s\S]|[^\\"]|"(?!""))*(?:"""|\Z)'
            r"|'''(?:\\[\s\S]|[^\\']|'(?!''))*(?:'''|\Z)")
-PY_TOKENS = r"(?P<c>#[^\n]*)|(?P<s>" + _TRIPLE + "|" + _DQ + "|" + _SQ + ")"
+PY_TOKENS = r"(?=[#\"'])(?:(?P<c>#[^\n]*)|(?P<s>" + _TRIPLE + "|" + _DQ + "|" + _SQ + "))"
 _XML_REST = (r"|(?P<x></[^>]*>)"
              r"|(?P<t><[A-Za-z_][^>\"']*(?:(?:\"[^\"]*\"|'[^']*')[^>\"']*)*>)")
-XML_TOKENS = (r"(?P<c><!--[\s\S]*?(?:-->|\Z))|(?P<s><!\[CDATA\[[\s\S]*?(?:\]\]>|\Z)|<[?!][^>]*>)"
-              + _XML_REST)
+XML_TOKENS = (r"(?=<)(?:(?P<c><!--[\s\S]*?(?:-->|\Z))|(?P<s><!\[CDATA\[[\s\S]*?(?:\]\]>|\Z)"
+              r"|<[?!][^>]*>)" + _XML_REST + ")")
 # script/style bodies are raw text in HTML: one opaque token, so `<` inside them is not a tag.
-HTML_TOKENS = (r"(?P<c><!--[\s\S]*?(?:-->|\Z))|(?P<s><!\[CDATA\[[\s\S]*?(?:\]\]>|\Z)|<[?!][^>]*>"
-               r"|<(?P<d>script|style)\b[^>]*>[\s\S]*?(?:</(?P=d)\s*>|\Z))" + _XML_REST)
+HTML_TOKENS = (r"(?=<)(?:(?P<c><!--[\s\S]*?(?:-->|\Z))|(?P<s><!\[CDATA\[[\s\S]*?(?:\]\]>|\Z)|<[?!][^>]*>"
+               r"|<(?P<d>script|style)\b[^>]*>[\s\S]*?(?:</(?P=d)\s*>|\Z))" + _XML_REST + ")")
 MD_TOKENS = r"(?m)(?P<s>^[ \t]{0,3}(?P<d>`{3,}|~{3,})[^\n]*\n[\s\S]*?(?:^[ \t]{0,3}(?P=d)[`~]*[ \t]*\r?$|\Z))"
 
 _JS_TOP = (r"(?:export\s+)?(?:default\s+)?(?:declare\s+)?(?:abstract\s+)?(?:async\s+)?"
@@ -134,12 +141,14 @@ def line_starts(text):
     return starts
 
 
-def _match_lines(pattern, text, starts):
-    """Lines where `^[ \\t]*(?:pattern)` matches: {line: indent width}."""
+def _match_lines(pattern, padded, starts):
+    """Lines where `[ \t]*(?:pattern)` matches at the line start: {line: indent width}.
+    `padded` is "\n" + text: anchoring on a newline lets the regex engine skip ahead fast,
+    and a match at padded offset p is a line starting at text offset p."""
     if not pattern:
         return {}
     found = {}
-    for m in re.finditer(r"^([ \t]*)(?:" + pattern + ")", text, re.M):
+    for m in re.finditer(r"\n([ \t]*)(?:" + pattern + ")", padded):
         found[bisect_right(starts, m.start()) - 1] = len(m.group(1))
     return found
 
@@ -191,9 +200,10 @@ def _xml_delta(tag):
 
 def _scan_nested(text, starts, lang):
     """indent / brackets / xml modes: levels from indentation or bracket depth."""
-    top = _match_lines(lang.top, text, starts)
-    nested = _match_lines(lang.nested, text, starts) if lang.nested else {}
-    attach = _match_lines(lang.attach, text, starts)
+    padded = "\n" + text
+    top = _match_lines(lang.top, padded, starts)
+    nested = _match_lines(lang.nested, padded, starts) if lang.nested else {}
+    attach = _match_lines(lang.attach, padded, starts)
     if lang.mode == "indent":
         _, masked = _walk(text, starts, lang.tokens, [])
         level = {**top, **nested, **attach}
@@ -248,23 +258,24 @@ def _after_terminator(text, starts, line, attach, masked, lang):
 
 def _scan_markdown(text, starts, lang):
     _, masked = _walk(text, starts, lang.tokens, [])
-    cands = {}
-    for m in re.finditer(r"^[ \t]*\r?\n(?=[ \t]*\S)", text, re.M):
+    padded, cands = "\n" + text, {}
+    for m in re.finditer(r"\n[ \t]*\r?(?=\n[ \t]*\S)", padded):
         cands[bisect_right(starts, m.end()) - 1] = 6
-    for m in re.finditer(r"^[ \t]{0,3}(=+|-+)[ \t]*\r?$", text, re.M):
+    for m in re.finditer(r"\n[ \t]{0,3}(=+|-+)[ \t]*\r?(?=\n|\Z)", padded):
         line = bisect_right(starts, m.start()) - 1
         title = _line(text, starts, line - 1) if line > 0 else ""
         if title.strip() and not re.match(r"[ \t]*[-*+>|#=]", title):
             cands[line - 1] = 0 if m.group(1)[0] == "=" else 1
-    for m in re.finditer(r"^(#{1,6})(?=[ \t]|\r?$)", text, re.M):
+    for m in re.finditer(r"\n(#{1,6})(?=[ \t]|\r?\n|\r?\Z)", padded):
         cands[bisect_right(starts, m.start()) - 1] = len(m.group(1)) - 1
     ordered = sorted(line for line in cands if line not in masked)
     return Scan(ordered, [cands[line] for line in ordered], {})
 
 
 def _scan_text(text, starts, lang):
-    ordered = sorted({bisect_right(starts, m.end()) - 1
-                      for m in re.finditer(r"^[ \t\r\f\v]*\n(?=[^\n]*\S)", text, re.M)})
+    # A paragraph starts on a non-blank line after a blank one.
+    ends = re.finditer(r"\n[ \t\r\f\v]*(?=\n[^\n]*\S)", "\n" + text)
+    ordered = sorted({bisect_right(starts, m.end()) - 1 for m in ends})
     return Scan(ordered, [0] * len(ordered), {})
 
 

@@ -1,0 +1,219 @@
+"""`nagent --edit-conversation "instruction"`: rewrite a conversation through a per-file edit session.
+
+Data contract: `edit_conversation(path, options, environ=None, cwd=None) -> (data, text)`.
+- `options["edit_conversation"]` is the instruction (extra prompt words are appended, a trailing
+  "-" appends stdin); provider/model/timeout/max_calls/shell flags are passed to the session.
+- Steps: (1) under a brief lock on `path` (BusyError if a run holds it) take a snapshot of its
+  complete records; (2) write it, encoded (below), to a fresh working copy
+  `$TMPDIR/nagent-edit-<name>-<random>/conversation.txt` (falls back to /tmp); (3) run a
+  per-file edit session on the copy in-process, NOT holding the conversation's lock; its index
+  is the separate per-shell id EDIT_INDEX_PID so temp copies never clutter the user's
+  `--list-file-edits`; (4) decode and validate the copy: it parses, has no torn tail, only known
+  record kinds, no new text outside records, and the context records unchanged; (5) if the
+  conversation is still byte-identical to the snapshot, archive it
+  (nagent_conversation_lifecycle.archive) and write the edited records, renumbered from 1, in
+  its place atomically (link, never over a file that appeared meanwhile).
+- Any failure (session error, invalid copy, conversation changed meanwhile) leaves the current
+  conversation untouched and raises a typed error naming the edited copy, which is kept.
+- Result data: {conversation, archived, edited_copy, edit_session, response, totals, status
+  ("edited" | "unchanged"), records_before, records_after}. An unchanged copy archives nothing.
+- Working-copy encoding: a conversation is full of nagent tags, and a <nagent-write> body cannot
+  hold "</nagent-write>", a line-start result block cuts a reply, and result tags are provider
+  stop sequences. So in the copy every "<" that starts a nagent tag (other than the record
+  framing) or a <system> tag is written "&lt;", and every "&" already followed by "amp;" or "lt;"
+  is written "&amp;". decode_copy(encode_copy(x)) == x for every text x.
+"""
+import hashlib
+import os
+import re
+
+from nagent_errors import EXIT_CODES, InputError, NagentError, RefusedError, UsageError
+
+EDIT_INDEX_PID = "conversation-edit"
+COPY_NAME = "conversation.txt"
+PASSED_OPTIONS = ("provider", "model", "connect_timeout", "read_timeout", "max_attempts",
+                  "max_calls", "shell_approval", "shell_sandbox", "shell_timeout")
+_ENCODE_RE = re.compile(r"&(?=(?:amp|lt);)|<(?=/?(?:system|nagent-(?!record[\s>])))")
+_DECODE_RE = re.compile(r"&(amp|lt);")
+KEEP_FIX = "the current conversation is unchanged; the edited copy is kept for inspection"
+
+
+def encode_copy(text):
+    return _ENCODE_RE.sub(lambda m: "&amp;" if m.group() == "&" else "&lt;", text)
+
+
+def decode_copy(text):
+    return _DECODE_RE.sub(lambda m: "&" if m.group(1) == "amp" else "<", text)
+
+
+def edit_prompt(instruction, copy_path):
+    return f"""Edit the nagent conversation file {copy_path} as instructed below, then answer with \
+<nagent-response> saying in a few lines what you changed.
+
+Instruction: {instruction}
+
+File format: a sequence of records. Each record starts with a header line \
+`<nagent-record seq="N" kind="KIND" time="..." ...>` and ends with a footer line \
+`</nagent-record>`; the lines between are the record's body.
+- Keep every header and footer line exactly as it is. To drop a record, delete its header, body \
+and footer together. Edit bodies freely (shorten, summarise, remove noise) as the instruction asks.
+- Never put text outside records. Keep the records of kind "context" unchanged.
+- Records of kind "stats" and "meta" are JSON bookkeeping: keep them unless you drop their turn.
+- In this working copy "<" of every nagent tag and <system> tag inside a body is written "&lt;" \
+(and "&" before "amp;" or "lt;" as "&amp;") so the file can pass through <nagent-write>. Keep that \
+form; it is decoded when the file is loaded back. A body line starting with a backslash before \
+"<nagent-record" is escaped on purpose: keep it.
+- Write the whole edited file back (for a large file: its segments, then the patch). \
+The file is validated before it replaces the conversation; an invalid file changes nothing."""
+
+
+def instruction_text(options):
+    instruction = (options.get("edit_conversation") or "").strip()
+    words = options.get("prompt") or []
+    if words:
+        import sys
+        from nagent_commands import read_prompt
+        extra = read_prompt(list(words), sys.stdin)[0].strip()
+        instruction = f"{instruction} {extra}".strip() if instruction else extra
+    if not instruction:
+        raise UsageError("empty edit instruction", "", 'say what to change: nagent --edit-conversation '
+                         '"drop the stale shell output"')
+    return instruction
+
+
+def snapshot(path, lock_timeout):
+    """(complete-record bytes, mode) of the conversation, read under its lock."""
+    import stat
+    from nagent_conversation import conversation_lock, tail_state
+    if not os.path.isfile(path):
+        raise InputError("no conversation to edit", path, "run a prompt first")
+    with conversation_lock(path, lock_timeout):
+        try:
+            with open(path, "rb") as handle:
+                info = os.fstat(handle.fileno())
+                end = tail_state(handle, info.st_size, path)[1]
+                handle.seek(0)
+                return handle.read(end), stat.S_IMODE(info.st_mode)
+        except OSError as error:
+            raise InputError("cannot read conversation", path, error.strerror or str(error)) from None
+
+
+def working_copy(path, data, environ):
+    import tempfile
+    from nagent_conversation import write_atomic
+    from nagent_write_policy import temp_roots
+    roots = temp_roots(environ)
+    tmpdir = environ.get("TMPDIR")
+    base = os.path.realpath(tmpdir) if tmpdir and os.path.realpath(tmpdir) in roots else roots[0]
+    folder = tempfile.mkdtemp(prefix=f"nagent-edit-{os.path.basename(path)[:80]}-", dir=base)
+    copy = os.path.join(folder, COPY_NAME)
+    write_atomic(copy, encode_copy(data.decode("utf-8", "surrogateescape")).encode(
+        "utf-8", "surrogateescape"), 0o600)
+    return copy
+
+
+def run_session(copy, instruction, options, parent, environ, cwd):
+    from nagent_loop import run_agent_loop
+    from nagent_session import build_session
+    session_options = {key: options.get(key) for key in PASSED_OPTIONS}
+    session_options.update(file_edit=copy, pid=EDIT_INDEX_PID, invocation="delegated",
+                           parent_conversation=parent)
+    session = build_session(session_options, environ, cwd)
+    return run_agent_loop(session, edit_prompt(instruction, copy), "argv")
+
+
+def session_error(outcome, copy):
+    if outcome.exit_code == EXIT_CODES["interrupted"]:
+        return KeyboardInterrupt()
+    error = outcome.error or {}
+    kind = error.get("kind", "failure")
+    cls = next((c for c in NagentError.__subclasses__() if c.kind == kind), NagentError)
+    detail = error.get("error", "run failed")
+    return cls(f"conversation edit session failed ({detail})", copy, KEEP_FIX)
+
+
+def validate_copy(copy, original):
+    """Decoded bytes of the edited copy, or InputError naming it."""
+    from nagent_conversation import KINDS, parse_records
+    try:
+        with open(copy, "rb") as handle:
+            data = decode_copy(handle.read().decode("utf-8", "surrogateescape")).encode(
+                "utf-8", "surrogateescape")
+    except OSError as error:
+        raise InputError("cannot read the edited conversation copy", copy,
+                         error.strerror or str(error)) from None
+
+    def bad(why):
+        return InputError(f"edited conversation is invalid ({why})", copy, KEEP_FIX)
+
+    try:
+        records, torn = parse_records(data, source=copy)
+    except InputError as error:
+        raise bad(f"{error.what}: {error.value}") from None
+    if torn.strip():
+        raise bad("it ends in an unfinished record")
+    unknown = sorted({r.kind for r in records if r.kind != "note" and r.kind not in KINDS})
+    if unknown:
+        raise bad("unknown record kind " + ", ".join(unknown))
+    old_notes = {r.body.strip() for r in original if r.kind == "note"}
+    if any(r.kind == "note" and r.body.strip() not in old_notes for r in records):
+        raise bad("text outside records")
+    context = [(r.attrs, r.body) for r in records if r.kind == "context"]
+    if context != [(r.attrs, r.body) for r in original if r.kind == "context"]:
+        raise bad("the context records were changed or dropped")
+    if not any(r.kind != "note" for r in records):
+        raise bad("no records left")
+    return data, records
+
+
+def install(path, data, mode, expected_sha, copy, lock_timeout):
+    """Archive the conversation and put `data` in its place; refuses if it changed meanwhile."""
+    import nagent_conversation_lifecycle as lifecycle
+    from nagent_conversation import write_atomic
+    current, _mode = snapshot(path, lock_timeout)
+    if hashlib.sha256(current).hexdigest() != expected_sha:
+        raise RefusedError("conversation changed while it was being edited", path,
+                           f"nothing replaced; the edited copy is {copy}")
+    archived = lifecycle.archive(path, reason="edit", lock_timeout=lock_timeout)
+    try:
+        write_atomic(path, data, mode, exclusive=True)
+    except FileExistsError:
+        raise RefusedError("a new conversation appeared while installing the edit", path,
+                           f"previous version archived at {archived}; the edited copy is {copy}") \
+            from None
+    except OSError as error:
+        raise InputError("cannot write conversation", path,
+                         f"{error.strerror}; previous version archived at {archived}") from None
+    return archived
+
+
+def edit_conversation(path, options, environ=None, cwd=None):
+    import nagent_conversation_lifecycle as lifecycle
+    from nagent_conversation import parse_records
+    environ = dict(os.environ) if environ is None else environ
+    if cwd is None:
+        from nagent_commands import current_cwd
+        cwd = current_cwd()
+    instruction = instruction_text(options)
+    lock_timeout = lifecycle.LOCK_TIMEOUT
+    original_bytes, mode = snapshot(path, lock_timeout)
+    original = parse_records(original_bytes, source=path)[0]
+    copy = working_copy(path, original_bytes, environ)
+    outcome = run_session(copy, instruction, options, path, environ, cwd)
+    if outcome.exit_code != EXIT_CODES["ok"]:
+        raise session_error(outcome, copy)
+    edited, records = validate_copy(copy, original)
+    data = {"conversation": path, "archived": None, "edited_copy": copy,
+            "edit_session": outcome.conversation, "response": outcome.response,
+            "totals": outcome.run_stats.as_dict(), "status": "unchanged",
+            "records_before": sum(1 for r in original if r.kind != "note"),
+            "records_after": sum(1 for r in records if r.kind != "note")}
+    if edited != original_bytes:
+        renumbered = lifecycle.encode_records(records)
+        data["archived"] = install(path, renumbered, mode, hashlib.sha256(original_bytes).hexdigest(),
+                                   copy, lock_timeout)
+        data["status"] = "edited"
+    head = (f"edited {path} ({data['records_before']} → {data['records_after']} records); previous "
+            f"version archived at {data['archived']}" if data["archived"]
+            else f"no change to {path}")
+    return data, head + ("\n" + outcome.response if outcome.response else "")

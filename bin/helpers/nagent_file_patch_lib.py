@@ -1,0 +1,324 @@
+"""Merge edited split segments back into their source file.
+
+Data contract:
+- `patch_from_index(index_path, dry_run=False, force=False, authorize=None) -> dict` returns
+    {"status": "applied" | "dry-run" | "unchanged", "source": realpath, "index_path": path,
+     "patch_path": path or None, "changed_lines": added + removed, "added_lines": n,
+     "removed_lines": n, "hunks": n, "changed_segments": [file names], "forced": bool,
+     "source_sha256": hash of the source after the call, "warnings": [str]}
+  Order of work: load the index (InputError if missing/corrupt) -> `authorize(realpath of the
+  source)` (raises RefusedError to stop; called before anything is written) -> read the source
+  and compare its sha256 with the index (RefusedError unless `force`) -> read every segment
+  (a missing one is an InputError; merged bytes must be UTF-8) -> no difference: "unchanged",
+  nothing written -> write `<index dir>/patches/<UTC stamp>-<n>.patch` (unified diff with
+  `a/<name>` / `b/<name>` headers, original line endings kept) -> unless `dry_run`, replace the
+  source atomically (temp file + fsync + rename, permission bits kept) and rewrite index.json
+  with the new source hash/size/lines and per-segment offsets, lines and hashes (summaries of
+  changed segments are dropped).
+"""
+import difflib
+import os
+from bisect import bisect_right
+from datetime import datetime, timezone
+
+from nagent_errors import InputError, RefusedError
+from nagent_file_split_lib import (atomic_write, load_index, now_iso, read_source,
+                                   resolve_index_path, sha256_hex, write_index)
+
+PATCH_DIR = "patches"
+CONTEXT_LINES = 3
+
+
+def split_lines(data):
+    """Lines of `data` with their endings (b"\\n" only ends a line)."""
+    if not data:
+        return []
+    lines = data.split(b"\n")
+    last = lines.pop()
+    out = [line + b"\n" for line in lines]
+    if last:
+        out.append(last)
+    return out
+
+
+def line_count(data):
+    return data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
+
+
+class LazyLines:
+    """The lines of a file given as consecutive byte blocks that each end on a line boundary
+    (the last may not); a block is split into lines only when one of its lines is read."""
+
+    def __init__(self, blocks):
+        self.blocks, self.first, total = [], [], 0
+        for block in blocks:
+            if block:
+                self.blocks.append(block)
+                self.first.append(total)
+                total += line_count(block)
+        self.total = total
+        self.cache = {}
+
+    def __len__(self):
+        return self.total
+
+    def _lines(self, number):
+        if number not in self.cache:
+            self.cache[number] = split_lines(self.blocks[number])
+        return self.cache[number]
+
+    def __getitem__(self, key):
+        if isinstance(key, slice):
+            start, stop, _ = key.indices(self.total)
+            out = []
+            while start < stop:
+                number = bisect_right(self.first, start) - 1
+                lines = self._lines(number)
+                offset = start - self.first[number]
+                take = lines[offset:offset + stop - start]
+                out.extend(take)
+                start += len(take)
+            return out
+        number = bisect_right(self.first, key) - 1
+        return self._lines(number)[key - self.first[number]]
+
+
+def _middle_opcodes(a, b, a0, a1, b0, b1):
+    """Opcodes for a[a0:a1] vs b[b0:b1]: equal prefix/suffix trimmed before difflib runs."""
+    codes = []
+    start_a, start_b = a0, b0
+    while a0 < a1 and b0 < b1 and a[a0] == b[b0]:
+        a0, b0 = a0 + 1, b0 + 1
+    if a0 > start_a:
+        codes.append(("equal", start_a, a0, start_b, b0))
+    end_a, end_b = a1, b1
+    while a1 > a0 and b1 > b0 and a[a1 - 1] == b[b1 - 1]:
+        a1, b1 = a1 - 1, b1 - 1
+    if a0 < a1 or b0 < b1:
+        # autojunk keeps huge middles fast; small ones get the exact (junk-free) diff.
+        small = (a1 - a0) * (b1 - b0) < 4_000_000
+        matcher = difflib.SequenceMatcher(None, a[a0:a1], b[b0:b1], autojunk=not small)
+        for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+            codes.append((tag, a0 + i1, a0 + i2, b0 + j1, b0 + j2))
+    if a1 < end_a:
+        codes.append(("equal", a1, end_a, b1, end_b))
+    return codes
+
+
+def _merge_equal(codes):
+    merged = []
+    for code in codes:
+        if merged and code[0] == "equal" and merged[-1][0] == "equal":
+            tag, i1, _, j1, _ = merged[-1]
+            merged[-1] = ("equal", i1, code[2], j1, code[4])
+        elif code[1] != code[2] or code[3] != code[4]:
+            merged.append(code)
+    return merged
+
+
+def aligned_blocks(old_parts, new_parts):
+    """Group segment pairs into blocks that end on a line boundary on both sides."""
+    old_blocks, new_blocks, block_old, block_new = [], [], [], []
+    open_old = open_new = False
+    for number, (old_part, new_part) in enumerate(zip(old_parts, new_parts)):
+        block_old.append(old_part)
+        block_new.append(new_part)
+        open_old = not old_part.endswith(b"\n") if old_part else open_old
+        open_new = not new_part.endswith(b"\n") if new_part else open_new
+        if (open_old or open_new) and number < len(old_parts) - 1:
+            continue
+        old_blocks.append(b"".join(block_old))
+        new_blocks.append(b"".join(block_new))
+        block_old, block_new = [], []
+    return old_blocks, new_blocks
+
+
+def diff_opcodes(old, new, old_parts=None, new_parts=None):
+    """(a, b, opcodes): difflib-style opcodes over the lines of `old` vs `new`. Given the
+    old/new segment bytes, only blocks that differ are diffed and split into lines, so a
+    100,000-line file with one edited segment stays fast."""
+    if not old_parts:
+        a, b = LazyLines([old]), LazyLines([new])
+        return a, b, _merge_equal(_middle_opcodes(a, b, 0, len(a), 0, len(b)))
+    old_blocks, new_blocks = aligned_blocks(old_parts, new_parts)
+    a, b = LazyLines(old_blocks), LazyLines(new_blocks)
+    codes, ia, ib = [], 0, 0
+    for old_block, new_block in zip(old_blocks, new_blocks):
+        lines_a, lines_b = line_count(old_block), line_count(new_block)
+        if old_block == new_block:
+            codes.append(("equal", ia, ia + lines_a, ib, ib + lines_b))
+        else:
+            codes.extend(_middle_opcodes(a, b, ia, ia + lines_a, ib, ib + lines_b))
+        ia, ib = ia + lines_a, ib + lines_b
+    return a, b, _merge_equal(codes)
+
+
+class _Grouper(difflib.SequenceMatcher):
+    """difflib's hunk grouping over opcodes computed elsewhere."""
+
+    def __init__(self, codes):  # noqa: D107 - deliberately skips SequenceMatcher's setup
+        self._codes = codes
+
+    def get_opcodes(self):
+        return self._codes
+
+
+def _range(start, stop):
+    length = stop - start
+    if length == 1:
+        return f"{start + 1}"
+    return f"{start if not length else start + 1},{length}"
+
+
+def _emit(out, prefix, line):
+    out.append(prefix + line)
+    if not line.endswith(b"\n"):
+        out.append(b"\n\\ No newline at end of file\n")
+
+
+def unified_diff(a, b, codes, name, context=CONTEXT_LINES):
+    """(patch bytes, added, removed, hunks) for opcodes over line lists `a` and `b`."""
+    out = [f"--- a/{name}\n+++ b/{name}\n".encode("utf-8")]
+    added = removed = hunks = 0
+    for group in _Grouper(codes).get_grouped_opcodes(context):
+        hunks += 1
+        first, last = group[0], group[-1]
+        out.append(f"@@ -{_range(first[1], last[2])} +{_range(first[3], last[4])} @@\n"
+                   .encode("ascii"))
+        for tag, i1, i2, j1, j2 in group:
+            if tag == "equal":
+                for line in a[i1:i2]:
+                    _emit(out, b" ", line)
+                continue
+            for line in a[i1:i2]:
+                _emit(out, b"-", line)
+            for line in b[j1:j2]:
+                _emit(out, b"+", line)
+            removed += i2 - i1
+            added += j2 - j1
+    return b"".join(out), added, removed, hunks
+
+
+def write_patch_artifact(directory, data, now=None):
+    """Create `<directory>/patches/<UTC stamp>-<n>.patch` without overwriting; returns its path."""
+    folder = os.path.join(directory, PATCH_DIR)
+    os.makedirs(folder, exist_ok=True)
+    stamp = (now or datetime.now(timezone.utc)).strftime("%Y%m%dT%H%M%SZ")
+    number = 1
+    while True:
+        path = os.path.join(folder, f"{stamp}-{number}.patch")
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            number += 1
+            continue
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        return path
+
+
+def read_segments(directory, index):
+    parts = []
+    for record in index["segments"]:
+        path = os.path.join(directory, record["file"])
+        try:
+            with open(path, "rb") as handle:
+                parts.append(handle.read())
+        except FileNotFoundError:
+            raise InputError("split segment is missing", path,
+                             "restore it or re-split with nagent-file-split --refresh") from None
+        except OSError as error:
+            raise InputError("cannot read split segment", path, error.strerror) from None
+    return parts
+
+
+def _check_utf8(parts, index, directory):
+    for record, part in zip(index["segments"], parts):
+        try:
+            part.decode("utf-8")
+        except UnicodeDecodeError:
+            raise InputError("split segment is not UTF-8 text",
+                             os.path.join(directory, record["file"])) from None
+
+
+def _old_parts(index, old):
+    """The source cut at the index's offsets, when those offsets tile it exactly."""
+    offset, parts = 0, []
+    for record in index["segments"]:
+        if record["start_byte"] != offset or record["end_byte"] < offset:
+            return None
+        parts.append(old[offset:record["end_byte"]])
+        offset = record["end_byte"]
+    return parts if offset == len(old) else None
+
+
+def refreshed_index(index, parts, digests, new):
+    """The index after `new` (made of `parts`, with sha256 `digests`) replaced the source."""
+    records, offset, line = [], 0, 1
+    for record, part, digest in zip(index["segments"], parts, digests):
+        breaks = part.count(b"\n")
+        last_line = line + breaks - (1 if part.endswith(b"\n") else 0)
+        entry = {"file": record["file"], "first_line": line, "last_line": last_line,
+                 "start_byte": offset, "end_byte": offset + len(part), "bytes": len(part),
+                 "sha256": digest}
+        if "summary" in record and digest == record["sha256"]:
+            entry["summary"] = record["summary"]
+        records.append(entry)
+        offset += len(part)
+        line += breaks
+    updated = dict(index, source_sha256=sha256_hex(new), source_size=len(new),
+                   source_lines=line_count(new), updated=now_iso(), segments=records)
+    return updated
+
+
+def _warnings(index, parts):
+    notes = []
+    for record, part in zip(index["segments"][:-1], parts[:-1]):
+        if part and not part.endswith(b"\n"):
+            notes.append(f"{record['file']} does not end with a newline: its last line joins "
+                         "the next segment's first line")
+    return notes
+
+
+def patch_from_index(index_path, dry_run=False, force=False, authorize=None):
+    path = resolve_index_path(index_path)
+    index = load_index(path)
+    directory = os.path.dirname(path)
+    source = os.path.realpath(index["source"])
+    if authorize is not None:
+        authorize(source)
+    _, old = read_source(source)
+    mismatch = sha256_hex(old) != index["source_sha256"]
+    if mismatch and not force:
+        raise RefusedError("source changed since it was split", source,
+                           "re-split with nagent-file-split --refresh, or pass --force to "
+                           "overwrite the current source with the segments")
+    parts = read_segments(directory, index)
+    _check_utf8(parts, index, directory)
+    new = b"".join(parts)
+    digests = [sha256_hex(part) for part in parts]
+    changed = [record["file"] for record, digest in zip(index["segments"], digests)
+               if digest != record["sha256"]]
+    result = {"status": "unchanged", "source": source, "index_path": path, "patch_path": None,
+              "changed_lines": 0, "added_lines": 0, "removed_lines": 0, "hunks": 0,
+              "changed_segments": changed, "forced": bool(force and mismatch),
+              "source_sha256": sha256_hex(old), "warnings": _warnings(index, parts)}
+    if new == old:
+        return result
+    old_parts = None if mismatch else _old_parts(index, old)
+    a, b, codes = diff_opcodes(old, new, old_parts, parts if old_parts else None)
+    patch, added, removed, hunks = unified_diff(a, b, codes, os.path.basename(source))
+    result.update(patch_path=write_patch_artifact(directory, patch), added_lines=added,
+                  removed_lines=removed, changed_lines=added + removed, hunks=hunks,
+                  status="dry-run" if dry_run else "applied")
+    if dry_run:
+        return result
+    try:
+        atomic_write(source, new)
+    except OSError as error:
+        raise InputError("cannot write source file", source, error.strerror) from None
+    write_index(directory, refreshed_index(index, parts, digests, new))
+    result["source_sha256"] = sha256_hex(new)
+    return result

@@ -1,0 +1,366 @@
+"""Split a UTF-8 text file into structure-aware segment files plus an index.json.
+
+Data contract:
+- `split_file(path, output_dir, target_bytes, split_type, summarize) -> dict` writes
+  `<output_dir>/NNNN-<stem><ext>` segment files and `<output_dir>/index.json`, and returns the
+  index it wrote:
+    {"version": 1, "source": realpath, "source_sha256": hex, "source_size": bytes,
+     "source_lines": n, "split_type": name, "target_bytes": n, "created": ISO-8601 UTC,
+     "segments": [{"file": basename, "first_line": 1-based, "last_line": inclusive,
+                   "start_byte": offset, "end_byte": exclusive, "bytes": n, "sha256": hex,
+                   "summary": str (only when summarised)}]}
+  Concatenating the segment files in order reproduces the source byte for byte (LF, CRLF,
+  mixed, no final newline, BOM kept in the first segment). An empty file has one empty segment
+  (first_line 1, last_line 0). Non-UTF-8 input raises InputError; nothing is decoded lossily.
+- `summarize(segment_text, segment_meta) -> str` is an optional callable; it runs for every
+  segment before anything is written, so a failing model call leaves the directory untouched.
+- Re-splitting into a directory removes only the segment files the previous index listed.
+- `refresh_split(index_path)` re-splits the index's source with the index's settings, keeping
+  summaries of segments whose bytes did not change. `load_index` validates the schema and
+  raises InputError for a missing or corrupt index.
+"""
+import hashlib
+import json
+import os
+import re
+import stat
+import tempfile
+from datetime import datetime, timezone
+
+from nagent_errors import InputError, UsageError
+from nagent_splitters import LANGUAGES, split_ranges
+
+INDEX_VERSION = 1
+INDEX_NAME = "index.json"
+READ_SPLIT_THRESHOLD_BYTES = 64 * 1024
+DEFAULT_TARGET_BYTES = 16 * 1024
+BOM = b"\xef\xbb\xbf"
+ALIASES = {"txt": "text", "md": "markdown", "py": "python", "h": "c", "c++": "cpp", "cc": "cpp",
+           "cxx": "cpp", "hpp": "cpp", "htm": "html", "js": "javascript", "ts": "typescript",
+           "yml": "yaml", "rs": "rust", "golang": "go", "jsonc": "json"}
+_SEGMENT_NAME = re.compile(r"\d{4,}-[^/\\]*")
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+
+
+def now_iso():
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def sha256_hex(data):
+    return hashlib.sha256(data).hexdigest()
+
+
+def split_types():
+    return sorted(LANGUAGES)
+
+
+def _extension_table():
+    return {ext: lang.name for lang in LANGUAGES.values() for ext in lang.extensions}
+
+
+def _sniff_shebang(path):
+    try:
+        with open(path, "rb") as handle:
+            first = handle.readline(200)
+    except OSError:
+        return None
+    if first.startswith(b"#!"):
+        if b"python" in first:
+            return "python"
+        if b"node" in first or b"deno" in first:
+            return "javascript"
+    return None
+
+
+def detect_split_type(path, explicit=None):
+    """The canonical split type: `explicit` (names or aliases), else by extension, else by a
+    shebang line, else "text". An unknown explicit type is a UsageError."""
+    if explicit:
+        name = ALIASES.get(explicit.lower().lstrip("."), explicit.lower().lstrip("."))
+        if name not in LANGUAGES:
+            raise UsageError("unknown split type", explicit, "one of: " + ", ".join(split_types()))
+        return name
+    ext = os.path.splitext(os.fspath(path))[1].lower()
+    found = _extension_table().get(ext)
+    if found:
+        return found
+    return (_sniff_shebang(path) if not ext else None) or "text"
+
+
+def read_source(path):
+    """(realpath, bytes) of a regular file, else InputError."""
+    real = os.path.realpath(os.fspath(path))
+    try:
+        st = os.stat(real)
+    except FileNotFoundError:
+        raise InputError("file not found", path) from None
+    except OSError as error:
+        raise InputError("cannot read file", path, error.strerror) from None
+    if stat.S_ISDIR(st.st_mode):
+        raise InputError("is a directory, not a file", path)
+    if not stat.S_ISREG(st.st_mode):
+        raise InputError("not a regular file", path)
+    try:
+        with open(real, "rb") as handle:
+            return real, handle.read()
+    except OSError as error:
+        raise InputError("cannot read file", path, error.strerror) from None
+
+
+def decode_text(data, path):
+    """The text without its BOM; non-UTF-8 bytes are an InputError (never replaced)."""
+    try:
+        return data[len(BOM):].decode("utf-8") if data.startswith(BOM) else data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise InputError("not UTF-8 text", path,
+                         f"invalid byte at offset {error.start}; only UTF-8 text can be split"
+                         ) from None
+
+
+def byte_line_starts(data):
+    """Byte offset of each line start, then len(data) as a sentinel."""
+    starts = [0]
+    starts.extend(m.end() for m in re.finditer(b"\n", data))
+    if len(starts) > 1 and starts[-1] == len(data):
+        starts.pop()
+    if not data:
+        starts = []
+    starts.append(len(data))
+    return starts
+
+
+def plan_segments(data, text, split_type, target_bytes):
+    """[(first_line, end_line)] 0-based line ranges for the segments (one empty for no data)."""
+    starts = byte_line_starts(data)
+    if not data:
+        return [(0, 0)], starts
+    return split_ranges(text, starts, LANGUAGES[split_type], target_bytes), starts
+
+
+def segment_names(source_path, count):
+    base = os.path.basename(source_path)
+    stem, ext = os.path.splitext(base)
+    width = max(4, len(str(count)))
+    return [f"{number:0{width}d}-{stem or base}{ext}" for number in range(1, count + 1)]
+
+
+def segment_records(data, ranges, starts, names):
+    records = []
+    for name, (lo, hi) in zip(names, ranges):
+        chunk = data[starts[lo]:starts[hi]]
+        records.append({"file": name, "first_line": lo + 1, "last_line": hi,
+                        "start_byte": starts[lo], "end_byte": starts[hi], "bytes": len(chunk),
+                        "sha256": sha256_hex(chunk)})
+    return records
+
+
+def _umask():
+    # Reading the umask without setting it: /proc knows it; os.umask() would have to change it.
+    try:
+        with open("/proc/self/status", encoding="ascii") as handle:
+            for line in handle:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    return 0o022
+
+
+def atomic_write(path, data, mode=None, sync=True):
+    """Write bytes via a temp file in the same directory + os.replace. Keeps an existing file's
+    permission bits unless `mode` is given; new files get 0o666 minus the umask."""
+    if mode is None:
+        try:
+            mode = stat.S_IMODE(os.stat(path).st_mode)
+        except OSError:
+            mode = 0o666 & ~_umask()
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix="." + os.path.basename(path) + ".",
+                               suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            if sync:
+                handle.flush()
+                os.fsync(handle.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def write_index(directory, index):
+    data = (json.dumps(index, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+    path = os.path.join(directory, INDEX_NAME)
+    atomic_write(path, data)
+    return path
+
+
+def _prepare_dir(output_dir):
+    directory = os.path.abspath(os.fspath(output_dir))
+    if os.path.exists(directory) and not os.path.isdir(directory):
+        raise InputError("output is not a directory", output_dir)
+    try:
+        os.makedirs(directory, exist_ok=True)
+    except OSError as error:
+        raise InputError("cannot create output directory", output_dir, error.strerror) from None
+    return directory
+
+
+def _previous_index(directory):
+    try:
+        return load_index(os.path.join(directory, INDEX_NAME))
+    except InputError:
+        return None
+
+
+def _check_target(target_bytes):
+    if isinstance(target_bytes, bool) or not isinstance(target_bytes, int) or target_bytes < 1:
+        raise UsageError("target bytes must be a positive integer", target_bytes)
+
+
+def split_file(path, output_dir, target_bytes=DEFAULT_TARGET_BYTES, split_type=None,
+               summarize=None, reuse_summaries=None):
+    """Split `path` into segment files under `output_dir`; returns the index written."""
+    _check_target(target_bytes)
+    real, data = read_source(path)
+    name = detect_split_type(path, split_type)
+    text = decode_text(data, path)
+    directory = _prepare_dir(output_dir)
+    if os.path.dirname(real) == directory and os.path.basename(real) == INDEX_NAME:
+        raise InputError("the source would be overwritten by the index", path,
+                         "choose another --output directory")
+    ranges, starts = plan_segments(data, text, name, target_bytes)
+    names = segment_names(real, len(ranges))
+    if real in {os.path.join(directory, entry) for entry in names}:
+        raise InputError("the source would be overwritten by a segment", path,
+                         "choose another --output directory")
+    records = segment_records(data, ranges, starts, names)
+    index = {"version": INDEX_VERSION, "source": real, "source_sha256": sha256_hex(data),
+             "source_size": len(data), "source_lines": len(starts) - 1, "split_type": name,
+             "target_bytes": target_bytes, "created": now_iso(), "segments": records}
+    _add_summaries(index, data, summarize, reuse_summaries or {})
+    previous = _previous_index(directory)
+    for record in records:
+        atomic_write(os.path.join(directory, record["file"]),
+                     data[record["start_byte"]:record["end_byte"]], sync=False)
+    write_index(directory, index)
+    if previous:
+        _remove_stale(directory, previous, set(names))
+    return index
+
+
+def _add_summaries(index, data, summarize, reuse):
+    count = len(index["segments"])
+    for number, record in enumerate(index["segments"], 1):
+        if record["sha256"] in reuse:
+            record["summary"] = reuse[record["sha256"]]
+        elif summarize is not None:
+            chunk = data[record["start_byte"]:record["end_byte"]]
+            meta = dict(record, source=index["source"], split_type=index["split_type"],
+                        number=number, count=count)
+            record["summary"] = str(summarize(chunk.decode("utf-8", "replace"), meta)).strip()
+
+
+def _remove_stale(directory, previous, keep):
+    """Delete the previous index's segment files that the new split no longer uses."""
+    for record in previous["segments"]:
+        name = record["file"]
+        if name in keep or not _SEGMENT_NAME.fullmatch(name):
+            continue
+        try:
+            os.unlink(os.path.join(directory, name))
+        except FileNotFoundError:
+            pass
+        except OSError as error:
+            raise InputError("cannot remove stale segment", os.path.join(directory, name),
+                             error.strerror) from None
+
+
+def resolve_index_path(index_path):
+    path = os.path.abspath(os.fspath(index_path))
+    return os.path.join(path, INDEX_NAME) if os.path.isdir(path) else path
+
+
+def refresh_split(index_path, summarize=None, target_bytes=None, split_type=None):
+    """Re-split the index's source into the index's directory with the index's settings
+    (or the given overrides); summaries of byte-identical segments are kept."""
+    path = resolve_index_path(index_path)
+    index = load_index(path)
+    reuse = {record["sha256"]: record["summary"] for record in index["segments"]
+             if isinstance(record.get("summary"), str)}
+    return split_file(index["source"], os.path.dirname(path),
+                      target_bytes=index["target_bytes"] if target_bytes is None else target_bytes,
+                      split_type=split_type or index["split_type"], summarize=summarize,
+                      reuse_summaries=reuse)
+
+
+_INT_FIELDS = ("first_line", "last_line", "start_byte", "end_byte", "bytes")
+
+
+def _valid_name(name):
+    return (isinstance(name, str) and name not in ("", ".", "..", INDEX_NAME)
+            and "/" not in name and "\\" not in name and "\0" not in name)
+
+
+def validate_index(index):
+    """The reason `index` breaks the schema, or None."""
+    if not isinstance(index, dict):
+        return "not a JSON object"
+    if index.get("version") != INDEX_VERSION:
+        return f"unsupported version {index.get('version')!r}"
+    source = index.get("source")
+    if not isinstance(source, str) or not os.path.isabs(source):
+        return "source is not an absolute path"
+    if not isinstance(index.get("source_sha256"), str) or not _HEX64.fullmatch(
+            index["source_sha256"]):
+        return "source_sha256 is not a sha256 hex digest"
+    for key in ("source_size", "target_bytes"):
+        if isinstance(index.get(key), bool) or not isinstance(index.get(key), int) \
+                or index[key] < (1 if key == "target_bytes" else 0):
+            return f"{key} is not a valid integer"
+    if index.get("split_type") not in LANGUAGES:
+        return f"unknown split_type {index.get('split_type')!r}"
+    segments = index.get("segments")
+    if not isinstance(segments, list) or not segments:
+        return "segments is not a non-empty list"
+    seen = set()
+    for number, record in enumerate(segments, 1):
+        if not isinstance(record, dict) or not _valid_name(record.get("file")):
+            return f"segment {number} has no valid file name"
+        if record["file"] in seen:
+            return f"segment file {record['file']} is listed twice"
+        seen.add(record["file"])
+        for key in _INT_FIELDS:
+            if isinstance(record.get(key), bool) or not isinstance(record.get(key), int):
+                return f"segment {number} field {key} is not an integer"
+        if not isinstance(record.get("sha256"), str) or not _HEX64.fullmatch(record["sha256"]):
+            return f"segment {number} sha256 is not a hex digest"
+        if "summary" in record and not isinstance(record["summary"], str):
+            return f"segment {number} summary is not a string"
+    return None
+
+
+def load_index(index_path):
+    """The validated index dict; a missing, unreadable or malformed index is an InputError."""
+    path = resolve_index_path(index_path)
+    try:
+        with open(path, "rb") as handle:
+            raw = handle.read()
+    except FileNotFoundError:
+        raise InputError("split index not found", index_path) from None
+    except OSError as error:
+        raise InputError("cannot read split index", index_path, error.strerror) from None
+    try:
+        index = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as error:
+        raise InputError("split index is not valid JSON", index_path, str(error)) from None
+    problem = validate_index(index)
+    if problem:
+        raise InputError("split index is corrupt", f"{index_path}: {problem}",
+                         "re-create it with nagent-file-split") from None
+    return index

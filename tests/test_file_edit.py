@@ -1,0 +1,341 @@
+"""Per-file edit sessions end to end: the real bin/nagent-file-edit and bin/nagent against the fake
+vendor, with a scripted model that reads what the driver sent and answers with nagent tags.
+
+Also home of the small scripted-model helpers (Script, request_text, last_block) that
+test_edit_conversation imports.
+"""
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+
+from base import BIN
+from fakes import FakeVendorTestCase
+
+PID = "4242"
+
+
+def request_text(record):
+    """Every string of a recorded request body, joined: the conversation as the model saw it."""
+    parts = []
+
+    def walk(value):
+        if isinstance(value, str):
+            parts.append(value)
+        elif isinstance(value, dict):
+            for item in value.values():
+                walk(item)
+        elif isinstance(value, list):
+            for item in value:
+                walk(item)
+    walk(record.get("json"))
+    return "\n".join(parts)
+
+
+def last_block(text, tag):
+    """(opening tag line, body) of the last <tag ...>\\nbody</tag> block in `text`."""
+    start = text.rfind(f"<{tag}")
+    if start < 0:
+        raise AssertionError(f"no <{tag}> in the request")
+    head_end = text.index(">\n", start)
+    end = text.index(f"</{tag}>", head_end)
+    return text[start:head_end + 1], text[head_end + 2:end]
+
+
+class Script:
+    """The model: one step per call, each a reply string or fn(request text) -> reply string.
+    A failing step is recorded (the fake server must not see the exception) and ends the run."""
+
+    def __init__(self, *steps):
+        self.steps = list(steps)
+        self.seen = []
+        self.failures = []
+        self._lock = threading.Lock()
+
+    def __call__(self, record):
+        text = request_text(record)
+        with self._lock:
+            self.seen.append(text)
+            if not self.steps:
+                self.failures.append("model called more often than scripted")
+                return "<nagent-response>unscripted call</nagent-response>"
+            step = self.steps.pop(0)
+        try:
+            return step(text) if callable(step) else step
+        except Exception as error:  # noqa: BLE001 - reported by check()
+            self.failures.append(f"{type(error).__name__}: {error}")
+            return "<nagent-response>script failed</nagent-response>"
+
+    def check(self, test):
+        test.assertEqual(self.failures, [])
+        test.assertEqual(self.steps, [], "scripted steps left unused")
+
+
+def write_reply(path, content):
+    return f'<nagent-write path="{path}">\n{content}</nagent-write>'
+
+
+class FileEditCase(FakeVendorTestCase):
+    def setUp(self):
+        super().setUp()
+        self.write_config({"provider": "openai", "retry": {"base_delay": 0}})
+
+    def script(self, *steps):
+        script = Script(*steps)
+        self.fake.reply_fn(script)
+        return script
+
+    def file_edit(self, path, *words, pid=PID, input=None, tool="nagent-file-edit"):
+        args = ["--file", path] if tool == "nagent-file-edit" else ["--file-edit", path]
+        proc = self.run_tool(tool, *args, "--pid", pid, "--json", *words, input=input)
+        self.assertNotIn("Traceback", proc.stderr)
+        return proc
+
+    def ok(self, proc):
+        self.assertEqual(proc.returncode, 0, proc.stderr + proc.stdout)
+        return json.loads(proc.stdout)
+
+    def list_edits(self, pid=PID):
+        return self.ok(self.run_tool("nagent", "--list-file-edits", "--json", "--pid", pid))
+
+    def index_path(self, pid=PID):
+        return os.path.join(self.home, ".nagent", "conversations", f"file-index-{pid}.json")
+
+
+class EditSessionTests(FileEditCase):
+    def test_session_reads_and_rewrites_its_target(self):
+        target = self.write_file("src/calc.py", "def answer():\n    return 41\n")
+
+        def first(text):
+            self.assertIn("per-file edit session", text)
+            self.assertIn(f"- path: {target}", text)
+            self.assertIn("- language: Python", text)
+            self.assertIn("replacing the WHOLE file", text)
+            import hashlib
+            with open(target, "rb") as handle:
+                self.assertIn(hashlib.sha256(handle.read()).hexdigest(), text)
+            self.assertIn("make it 42", text)
+            return '<nagent-read path="src/calc.py"/>'
+
+        def second(text):
+            _head, body = last_block(text, "nagent-read-result")
+            return write_reply("src/calc.py", body.replace("41", "42"))
+
+        def third(text):
+            head, body = last_block(text, "nagent-write-result")
+            self.assertIn('status="ok"', head)
+            self.assertIn("replaced", body)
+            return "<nagent-response>\nanswer() now returns 42\n</nagent-response>"
+
+        script = self.script(first, second, third)
+        data = self.ok(self.file_edit("src/calc.py", "make it 42"))
+        script.check(self)
+        self.assertEqual(data["response"], "answer() now returns 42")
+        with open(target, encoding="utf-8") as handle:
+            self.assertEqual(handle.read(), "def answer():\n    return 42\n")
+        self.assertTrue(os.path.basename(data["conversation"]).startswith("file-calc-"))
+        with open(data["conversation"], encoding="utf-8") as handle:
+            log = handle.read()
+        self.assertIn('"file_edit"', log)  # the meta record names the target
+
+    def test_piped_instruction_and_lower_level_flag(self):
+        self.write_file("notes.md", "# Notes\n")
+        script = self.script(lambda text: self.assertIn("add a title line", text)
+                             or "<nagent-response>nothing to do</nagent-response>",
+                             lambda text: self.assertIn("second instruction", text)
+                             or "<nagent-response>ok</nagent-response>")
+        first = self.ok(self.file_edit("notes.md", input="add a title line\n"))
+        second = self.ok(self.file_edit("notes.md", "second instruction", tool="nagent"))
+        script.check(self)
+        self.assertEqual(first["conversation"], second["conversation"])
+
+    def test_write_outside_the_target_is_refused_and_changes_nothing(self):
+        target = self.write_file("a.py", "A = 1\n")
+        other = self.write_file("b.py", "B = 1\n")
+        alias = os.path.join(self.tmpdir, "alias.py")
+        os.symlink(other, alias)
+        hardlink = os.path.join(self.tmpdir, "hard.py")
+        os.link(other, hardlink)
+        scratch = os.path.join(self.tmpdir, "scratch.txt")
+        attempts = [other, "../work/b.py", "c.py", alias, hardlink, os.path.join(self.cwd, "sub", "d.py")]
+
+        def check(text):
+            blocks = re.findall(r'<nagent-write-result path="([^"]*)" status="(\w+)">\n(.*?)\n</nagent-write-result>',
+                                text, re.S)
+            self.assertEqual(len(blocks), len(attempts) + 1, text[-3000:])
+            for path, status, body in blocks[:-1]:
+                self.assertEqual(status, "error", path)
+                self.assertIn("write refused", body)
+            self.assertEqual(blocks[-1][1], "ok")
+            return "<nagent-response>b.py is not mine to change</nagent-response>"
+
+        script = self.script("\n".join(write_reply(path, "HACKED = 1\n") for path in attempts)
+                             + "\n" + write_reply(scratch, "notes\n"), check)
+        self.ok(self.file_edit("a.py", "also change b.py"))
+        script.check(self)
+        for path, content in ((target, "A = 1\n"), (other, "B = 1\n")):
+            with open(path, encoding="utf-8") as handle:
+                self.assertEqual(handle.read(), content)
+        self.assertFalse(os.path.exists(os.path.join(self.cwd, "c.py")))
+        self.assertFalse(os.path.exists(os.path.join(self.cwd, "sub")))
+        self.assertTrue(os.path.islink(alias))
+        with open(scratch, encoding="utf-8") as handle:
+            self.assertEqual(handle.read(), "notes\n")
+
+    def test_large_target_goes_through_split_segment_write_and_patch(self):
+        body = "".join(f'def func_{i:04d}(value):\n    """Add {i}."""\n    return value + {i}\n\n\n'
+                       for i in range(1200))
+        target = self.write_file("big.py", body)
+        self.assertGreater(len(body.encode()), 64 * 1024)
+        state = {}
+
+        def start(text):
+            state["index"] = re.search(r"^- split index: (.+)$", text, re.M).group(1)
+            segments = re.findall(r"^  - (/\S+)$", text.split("- split segments:", 1)[1], re.M)
+            self.assertGreater(len(segments), 1)
+            state["segment"] = segments[0]
+            return f'<nagent-read path="{segments[0]}"/>'
+
+        def write_segment(text):
+            _head, segment = last_block(text, "nagent-read-result")
+            self.assertIn("def func_0000(value):", segment)
+            return write_reply(state["segment"], segment.replace("return value + 0\n",
+                                                                 "return value  # edited\n", 1))
+
+        def patch(text):
+            head, _body = last_block(text, "nagent-write-result")
+            self.assertIn('status="ok"', head)
+            return f'<nagent-file-patch index="{state["index"]}"/>'
+
+        def done(text):
+            head, result = last_block(text, "nagent-file-patch-result")
+            self.assertIn("applied", head + result)
+            return "<nagent-response>func_0000 edited</nagent-response>"
+
+        script = self.script(start, write_segment, patch, done)
+        self.ok(self.file_edit("big.py", "make func_0000 return its argument"))
+        script.check(self)
+        with open(target, encoding="utf-8") as handle:
+            self.assertEqual(handle.read(), body.replace("return value + 0\n", "return value  # edited\n", 1))
+
+    def test_missing_file_or_directory_is_a_clean_error(self):
+        os.mkdir(os.path.join(self.cwd, "pkg"))
+        for tool in ("nagent-file-edit", "nagent"):
+            proc = self.file_edit("nope.py", "edit it", tool=tool)
+            self.assertCleanError(proc, code=6, contains="file not found: nope.py")
+            proc = self.file_edit("pkg", "edit it", tool=tool)
+            self.assertCleanError(proc, code=6, contains="is a directory: pkg")
+        proc = self.run_tool("nagent-file-edit", "--file", "nope.py", "--clear", "--pid", PID)
+        self.assertCleanError(proc, code=6, contains="file not found")
+        self.assertEqual(self.fake.requests, [])
+        self.assertFalse(os.path.exists(self.index_path()))
+
+    def test_main_context_sends_project_edits_through_nagent_file_edit(self):
+        script = self.script(lambda text: self.assertIn('nagent-file-edit --file PATH "instruction"', text)
+                             or self.assertIn("<nagent-shell>", text)
+                             or "<nagent-response>understood</nagent-response>")
+        self.ok(self.run_tool("nagent", "--pid", PID, "--json", "hello"))
+        script.check(self)
+
+
+class FileIndexTests(FileEditCase):
+    def respond(self, times=1):
+        return self.script(*["<nagent-response>done</nagent-response>"] * times)
+
+    def test_rename_and_editor_replace_keep_the_conversation(self):
+        self.write_file("old.py", "X = 1\n")
+        script = self.respond(1)
+        script.steps.extend([lambda text: self.assertIn("first visit", text)
+                             or "<nagent-response>remembered</nagent-response>"] * 2)
+        first = self.ok(self.file_edit("old.py", "first visit"))
+        os.rename(os.path.join(self.cwd, "old.py"), os.path.join(self.cwd, "new.py"))
+        second = self.ok(self.file_edit("new.py", "after rename"))
+        # An editor saving through a new file: same path, new inode.
+        replacement = self.write_file("new.py.swp", "X = 2\n")
+        os.replace(replacement, os.path.join(self.cwd, "new.py"))
+        third = self.ok(self.file_edit("new.py", "after save"))
+        script.check(self)
+        self.assertEqual(first["conversation"], second["conversation"])
+        self.assertEqual(first["conversation"], third["conversation"])
+        files = self.list_edits()["files"]
+        self.assertEqual(len(files), 1)
+        self.assertEqual(files[0]["path"], os.path.join(self.cwd, "new.py"))
+        self.assertTrue(files[0]["exists"])
+
+    def test_clear_starts_afresh_and_archives(self):
+        self.write_file("a.py", "A = 1\n")
+        script = self.script("<nagent-response>one</nagent-response>",
+                             lambda text: self.assertNotIn("before clear", text)
+                             or "<nagent-response>two</nagent-response>")
+        first = self.ok(self.file_edit("a.py", "before clear"))
+        cleared = self.ok(self.run_tool("nagent-file-edit", "--file", "a.py", "--clear", "--pid", PID,
+                                        "--json"))
+        self.assertFalse(os.path.exists(first["conversation"]))
+        self.assertTrue(os.path.isfile(cleared["archived"]))
+        self.assertIn("before clear", open(cleared["archived"], encoding="utf-8").read())
+        self.assertNotEqual(cleared["conversation"], first["conversation"])
+        second = self.ok(self.file_edit("a.py", "after clear"))
+        script.check(self)
+        self.assertEqual(second["conversation"], cleared["conversation"])
+        proc = self.run_tool("nagent-file-edit", "--file", "a.py", "--clear", "now", "--pid", PID)
+        self.assertCleanError(proc, code=2, contains="--clear takes no instruction")
+
+    def test_list_file_edits(self):
+        self.write_file("a.py", "A = 1\n")
+        self.write_file("b.txt", "B\n")
+        self.respond(2)
+        first = self.ok(self.file_edit("a.py", "x"))
+        second = self.ok(self.file_edit("b.txt", "y"))
+        listing = self.list_edits()
+        self.assertEqual(listing["index"], self.index_path())
+        by_path = {item["path"]: item for item in listing["files"]}
+        self.assertEqual(set(by_path), {os.path.join(self.cwd, "a.py"), os.path.join(self.cwd, "b.txt")})
+        item = by_path[os.path.join(self.cwd, "b.txt")]
+        self.assertEqual(item["conversation"], os.path.basename(second["conversation"]))
+        self.assertRegex(item["file_id"], r"^\d+:\d+$")
+        self.assertTrue(item["last_used"])
+        self.assertEqual(listing["files"][0]["conversation"], os.path.basename(second["conversation"]))
+        self.assertNotEqual(first["conversation"], second["conversation"])
+        human = self.run_tool("nagent", "--list-file-edits", "--pid", PID)
+        self.assertEqual(human.returncode, 0, human.stderr)
+        self.assertIn(os.path.join(self.cwd, "a.py"), human.stdout)
+        other = self.ok(self.run_tool("nagent", "--list-file-edits", "--json", "--pid", "999"))
+        self.assertEqual(other["files"], [])
+
+    def test_corrupt_index_is_reported_and_rebuilt(self):
+        self.write_file("a.py", "A = 1\n")
+        os.makedirs(os.path.dirname(self.index_path()))
+        with open(self.index_path(), "w", encoding="utf-8") as handle:
+            handle.write("{not json")
+        listing = self.run_tool("nagent", "--list-file-edits", "--json", "--pid", PID)
+        self.assertEqual(json.loads(listing.stdout)["files"], [])
+        self.respond(1)
+        proc = self.file_edit("a.py", "x")
+        self.ok(proc)
+        self.assertIn("file index was corrupt", proc.stderr)
+        self.assertTrue(os.path.exists(self.index_path() + ".corrupt"))
+        self.assertEqual(len(self.list_edits()["files"]), 1)
+
+    def test_concurrent_sessions_on_two_files_share_one_index(self):
+        names = ["one.py", "two.py", "three.py"]
+        for name in names:
+            self.write_file(name, f"# {name}\n")
+        from fakes import ReplySpec
+        self.fake.reply_fn(lambda record: ReplySpec("<nagent-response>done</nagent-response>", delay=0.3))
+        procs = [subprocess.Popen([sys.executable, os.path.join(BIN, "nagent-file-edit"), "--file", name,
+                                   "--pid", PID, "--json", "edit"], cwd=self.cwd, env=self.env,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 for name in names]
+        outputs = [proc.communicate(timeout=120) for proc in procs]
+        for proc, (out, err) in zip(procs, outputs):
+            self.assertEqual(proc.returncode, 0, err)
+        conversations = {json.loads(out)["conversation"] for out, _err in outputs}
+        self.assertEqual(len(conversations), 3)
+        with open(self.index_path(), encoding="utf-8") as handle:
+            index = json.load(handle)
+        self.assertEqual(sorted(r["path"] for r in index["by_file_id"].values()),
+                         sorted(os.path.join(self.cwd, name) for name in names))
+        self.assertEqual({os.path.basename(c) for c in conversations},
+                         {r["conversation"] for r in index["by_file_id"].values()})
