@@ -332,8 +332,9 @@ class InitialContextTest(HermeticTestCase):
         from nagent_protocol import grammar_text
         static = build_initial_context(environ=self.env, tools=TOOLS).static
         self.assertIn(grammar_text().strip(), static)
-        for needle in ("nagent-file-edit --file PATH", "<nagent-shell>", "/tmp, /var/tmp or $TMPDIR",
-                       "64 KiB", "<nagent-file-read", "<nagent-agent>", "stdin closed",
+        for needle in ("nagent-file-edit --file PATH", "<nagent-shell>",
+                       "/tmp, /var/tmp or $TMPDIR",
+                       "64 KiB", "<nagent-file-read>", "<nagent-agent>", "stdin closed",
                        "without provider API keys", "Tools on PATH:"):
             self.assertIn(needle, static)
         self.assertLess(static.index("- nagent-a — first tool"),
@@ -344,7 +345,7 @@ class InitialContextTest(HermeticTestCase):
         edit = build_initial_context("file-edit", environ=self.env, tools=TOOLS,
                                      file_edit=self.target()).static
         self.assertNotEqual(main, edit)
-        for needle in ("WHOLE file", "<nagent-file-patch", "Nothing else in the project"):
+        for needle in ("WHOLE file", 'index="INDEX"', "Nothing else in the project"):
             self.assertIn(needle, edit)
             self.assertNotIn(needle, main)
         self.assertIn("(none found)", build_initial_context(environ=self.env, tools=[]).static)
@@ -365,13 +366,15 @@ class InitialContextTest(HermeticTestCase):
 
     def test_file_edit_session_has_target_facts(self):
         target = self.target(split_index="/tmp/split/index.json",
-                             split_segments=[{"path": "seg-001.py", "start_line": 1,
-                                              "end_line": 40}, "seg-002.py"])
+                             split_segments=[{"file": "seg-001.py", "first_line": 1,
+                                              "last_line": 40, "bytes": 900},
+                                             {"file": "seg-002.py", "first_line": 41,
+                                              "last_line": 60, "bytes": 300}])
         ctx = build_initial_context("file-edit", environ=self.env, tools=TOOLS,
                                     file_edit=target)
         for needle in (target["target"], "size: 12 bytes", target["sha256"], "language: Python",
                        "git history: none", "split index: /tmp/split/index.json",
-                       "seg-001.py (lines 1-40)", "seg-002.py"):
+                       "seg-001.py (lines 1-40, 900 bytes)", "seg-002.py (lines 41-60"):
             self.assertIn(needle, ctx.session)
 
     def test_create_initial_text_wraps_static_first(self):

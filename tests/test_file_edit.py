@@ -1,20 +1,34 @@
-"""Per-file edit sessions end to end: the real bin/nagent-file-edit and bin/nagent against the fake
-vendor, with a scripted model that reads what the driver sent and answers with nagent tags.
+"""Per-file edit sessions end to end: bin/nagent-file-edit and bin/nagent against the fake vendor,
+with a scripted model that reads what the driver sent and answers with nagent tags.
 
-Also home of the small scripted-model helpers (Script, request_text, last_block) that
+Model-calling runs execute the real bin/ mains in-process (the provider SDK is imported once per
+test process, so the suite stays fast); the shims themselves, piped stdin and concurrency run as
+real subprocesses. The project lives outside every temp root (/dev/shm when it exists), so the
+file-edit write boundary is exercised for real rather than granted by "/tmp is writable".
+Also home of the scripted-model harness (Script, request_text, last_block, FileEditCase) that
 test_edit_conversation imports.
 """
+import atexit
+import importlib.machinery
+import importlib.util
+import io
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
+import unittest
+from contextlib import redirect_stderr, redirect_stdout
 
-from base import BIN
-from fakes import FakeVendorTestCase
+from base import BIN, REPO
+from fakes import FakeVendorTestCase, ReplySpec
 
 PID = "4242"
+_TOOLS = {}
+_WARM_CACHE = {}
 
 
 def request_text(record):
@@ -42,6 +56,10 @@ def last_block(text, tag):
     head_end = text.index(">\n", start)
     end = text.index(f"</{tag}>", head_end)
     return text[start:head_end + 1], text[head_end + 2:end]
+
+
+def write_reply(path, content):
+    return f'<nagent-write path="{path}">\n{content}</nagent-write>'
 
 
 class Script:
@@ -73,32 +91,86 @@ class Script:
         test.assertEqual(self.steps, [], "scripted steps left unused")
 
 
-def write_reply(path, content):
-    return f'<nagent-write path="{path}">\n{content}</nagent-write>'
+def load_tool(name):
+    """A bin/ executable loaded as a module (once per process), for in-process runs of main()."""
+    if name not in _TOOLS:
+        loader = importlib.machinery.SourceFileLoader("bin_" + name.replace("-", "_"),
+                                                      os.path.join(BIN, name))
+        module = importlib.util.module_from_spec(importlib.util.spec_from_loader(loader.name, loader))
+        loader.exec_module(module)
+        _TOOLS[name] = module
+    return _TOOLS[name]
+
+
+def outside_temp_dir():
+    """A fresh directory that is not under /tmp, /var/tmp or $TMPDIR."""
+    from nagent_write_policy import temp_roots
+    for parent in ("/dev/shm", REPO):
+        real = os.path.realpath(parent)
+        if os.path.isdir(real) and os.access(real, os.W_OK) and \
+                not any(real == root or real.startswith(root + "/") for root in temp_roots()):
+            return os.path.realpath(tempfile.mkdtemp(prefix=".nagent-project-", dir=real))
+    raise unittest.SkipTest("no writable directory outside the temp roots")
+
+
+def warm_tool_cache():
+    """Tool descriptions discovered once per process; each test's HOME gets a copy (saves the
+    per-test `--description` subprocesses)."""
+    if "path" not in _WARM_CACHE:
+        from nagent_discovery import default_bin_dirs, discover_tools
+        folder = tempfile.mkdtemp(prefix="nagent-test-tools-")
+        atexit.register(shutil.rmtree, folder, True)
+        path = os.path.join(folder, "tool-descriptions.json")
+        discover_tools(default_bin_dirs({"HOME": folder}), path)
+        _WARM_CACHE["path"] = path
+    return _WARM_CACHE["path"]
 
 
 class FileEditCase(FakeVendorTestCase):
     def setUp(self):
         super().setUp()
         self.write_config({"provider": "openai", "retry": {"base_delay": 0}})
+        project = outside_temp_dir()
+        self.addCleanup(shutil.rmtree, project, True)
+        self.cwd = project
+        os.chdir(project)
+        cache = os.path.join(self.home, ".nagent", "cache")
+        os.makedirs(cache)
+        if os.path.exists(warm_tool_cache()):
+            shutil.copy(warm_tool_cache(), cache)
 
     def script(self, *steps):
         script = Script(*steps)
         self.fake.reply_fn(script)
         return script
 
-    def file_edit(self, path, *words, pid=PID, input=None, tool="nagent-file-edit"):
-        args = ["--file", path] if tool == "nagent-file-edit" else ["--file-edit", path]
-        proc = self.run_tool(tool, *args, "--pid", pid, "--json", *words, input=input)
+    def tool(self, name, *args, input=None, inprocess=True):
+        """Run bin/<name> with args: in-process through its main(), or as a subprocess."""
+        if not inprocess:
+            proc = self.run_tool(name, *args, input=input)
+        else:
+            out, err, saved_stdin = io.StringIO(), io.StringIO(), sys.stdin
+            sys.stdin = io.StringIO(input or "")
+            try:
+                with self.patched_environ(), redirect_stdout(out), redirect_stderr(err):
+                    from nagent_cli import run_main
+                    code = run_main(load_tool(name).main, list(args))
+            finally:
+                sys.stdin = saved_stdin
+            proc = subprocess.CompletedProcess([name, *args], code, out.getvalue(), err.getvalue())
         self.assertNotIn("Traceback", proc.stderr)
         return proc
+
+    def file_edit(self, path, *words, pid=PID, input=None, tool="nagent-file-edit", inprocess=True):
+        flag = "--file" if tool == "nagent-file-edit" else "--file-edit"
+        return self.tool(tool, flag, path, "--pid", pid, "--json", *words, input=input, inprocess=inprocess)
 
     def ok(self, proc):
         self.assertEqual(proc.returncode, 0, proc.stderr + proc.stdout)
         return json.loads(proc.stdout)
 
     def list_edits(self, pid=PID):
-        return self.ok(self.run_tool("nagent", "--list-file-edits", "--json", "--pid", pid))
+        return self.ok(self.tool("nagent", "--list-file-edits", "--json", "--pid", pid, inprocess=False))
 
     def index_path(self, pid=PID):
         return os.path.join(self.home, ".nagent", "conversations", f"file-index-{pid}.json")
@@ -130,7 +202,7 @@ class EditSessionTests(FileEditCase):
             return "<nagent-response>\nanswer() now returns 42\n</nagent-response>"
 
         script = self.script(first, second, third)
-        data = self.ok(self.file_edit("src/calc.py", "make it 42"))
+        data = self.ok(self.file_edit("src/calc.py", "make it 42", inprocess=False))
         script.check(self)
         self.assertEqual(data["response"], "answer() now returns 42")
         with open(target, encoding="utf-8") as handle:
@@ -146,24 +218,34 @@ class EditSessionTests(FileEditCase):
                              or "<nagent-response>nothing to do</nagent-response>",
                              lambda text: self.assertIn("second instruction", text)
                              or "<nagent-response>ok</nagent-response>")
-        first = self.ok(self.file_edit("notes.md", input="add a title line\n"))
+        first = self.ok(self.file_edit("notes.md", input="add a title line\n", inprocess=False))
         second = self.ok(self.file_edit("notes.md", "second instruction", tool="nagent"))
         script.check(self)
         self.assertEqual(first["conversation"], second["conversation"])
+
+    def test_context_carries_recent_git_history_of_the_target(self):
+        self.write_file("lib.py", "V = 1\n")
+        git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", "-c", "commit.gpgsign=false"]
+        for command in (["init", "-q"], ["add", "lib.py"], ["commit", "-q", "-m", "Add lib module"]):
+            subprocess.run(git + command, cwd=self.cwd, env=self.env, check=True, capture_output=True)
+        script = self.script(lambda text: self.assertIn("  - Add lib module", text)
+                             or "<nagent-response>seen</nagent-response>")
+        self.ok(self.file_edit("lib.py", "look"))
+        script.check(self)
 
     def test_write_outside_the_target_is_refused_and_changes_nothing(self):
         target = self.write_file("a.py", "A = 1\n")
         other = self.write_file("b.py", "B = 1\n")
         alias = os.path.join(self.tmpdir, "alias.py")
         os.symlink(other, alias)
-        hardlink = os.path.join(self.tmpdir, "hard.py")
+        hardlink = os.path.join(self.cwd, "hard.py")  # a second name for b.py
         os.link(other, hardlink)
         scratch = os.path.join(self.tmpdir, "scratch.txt")
         attempts = [other, "../work/b.py", "c.py", alias, hardlink, os.path.join(self.cwd, "sub", "d.py")]
 
         def check(text):
-            blocks = re.findall(r'<nagent-write-result path="([^"]*)" status="(\w+)">\n(.*?)\n</nagent-write-result>',
-                                text, re.S)
+            blocks = re.findall(r'<nagent-write-result path="([^"]*)" status="(\w+)">\n(.*?)\n'
+                                r'</nagent-write-result>', text, re.S)
             self.assertEqual(len(blocks), len(attempts) + 1, text[-3000:])
             for path, status, body in blocks[:-1]:
                 self.assertEqual(status, "error", path)
@@ -210,8 +292,7 @@ class EditSessionTests(FileEditCase):
             return f'<nagent-file-patch index="{state["index"]}"/>'
 
         def done(text):
-            head, result = last_block(text, "nagent-file-patch-result")
-            self.assertIn("applied", head + result)
+            self.assertIn('status="applied"', last_block(text, "nagent-file-patch-result")[0])
             return "<nagent-response>func_0000 edited</nagent-response>"
 
         script = self.script(start, write_segment, patch, done)
@@ -227,7 +308,7 @@ class EditSessionTests(FileEditCase):
             self.assertCleanError(proc, code=6, contains="file not found: nope.py")
             proc = self.file_edit("pkg", "edit it", tool=tool)
             self.assertCleanError(proc, code=6, contains="is a directory: pkg")
-        proc = self.run_tool("nagent-file-edit", "--file", "nope.py", "--clear", "--pid", PID)
+        proc = self.tool("nagent-file-edit", "--file", "nope.py", "--clear", "--pid", PID, inprocess=False)
         self.assertCleanError(proc, code=6, contains="file not found")
         self.assertEqual(self.fake.requests, [])
         self.assertFalse(os.path.exists(self.index_path()))
@@ -236,7 +317,7 @@ class EditSessionTests(FileEditCase):
         script = self.script(lambda text: self.assertIn('nagent-file-edit --file PATH "instruction"', text)
                              or self.assertIn("<nagent-shell>", text)
                              or "<nagent-response>understood</nagent-response>")
-        self.ok(self.run_tool("nagent", "--pid", PID, "--json", "hello"))
+        self.ok(self.tool("nagent", "--pid", PID, "--json", "hello"))
         script.check(self)
 
 
@@ -245,15 +326,18 @@ class FileIndexTests(FileEditCase):
         return self.script(*["<nagent-response>done</nagent-response>"] * times)
 
     def test_rename_and_editor_replace_keep_the_conversation(self):
+        # Each session rewrites the file (a new inode), then the file is renamed or saved by an
+        # editor through a new file: every later session must still find the same conversation.
         self.write_file("old.py", "X = 1\n")
-        script = self.respond(1)
-        script.steps.extend([lambda text: self.assertIn("first visit", text)
-                             or "<nagent-response>remembered</nagent-response>"] * 2)
+        remembers = lambda text: self.assertIn("first visit", text)  # noqa: E731
+        script = self.script(write_reply("old.py", "X = 2\n"), "<nagent-response>done</nagent-response>",
+                             lambda text: remembers(text) or write_reply("new.py", "X = 3\n"),
+                             "<nagent-response>done</nagent-response>",
+                             lambda text: remembers(text) or "<nagent-response>done</nagent-response>")
         first = self.ok(self.file_edit("old.py", "first visit"))
         os.rename(os.path.join(self.cwd, "old.py"), os.path.join(self.cwd, "new.py"))
         second = self.ok(self.file_edit("new.py", "after rename"))
-        # An editor saving through a new file: same path, new inode.
-        replacement = self.write_file("new.py.swp", "X = 2\n")
+        replacement = self.write_file("new.py.swp", "X = 4\n")
         os.replace(replacement, os.path.join(self.cwd, "new.py"))
         third = self.ok(self.file_edit("new.py", "after save"))
         script.check(self)
@@ -270,16 +354,17 @@ class FileIndexTests(FileEditCase):
                              lambda text: self.assertNotIn("before clear", text)
                              or "<nagent-response>two</nagent-response>")
         first = self.ok(self.file_edit("a.py", "before clear"))
-        cleared = self.ok(self.run_tool("nagent-file-edit", "--file", "a.py", "--clear", "--pid", PID,
-                                        "--json"))
+        cleared = self.ok(self.tool("nagent-file-edit", "--file", "a.py", "--clear", "--pid", PID, "--json",
+                                    inprocess=False))
         self.assertFalse(os.path.exists(first["conversation"]))
         self.assertTrue(os.path.isfile(cleared["archived"]))
-        self.assertIn("before clear", open(cleared["archived"], encoding="utf-8").read())
+        with open(cleared["archived"], encoding="utf-8") as handle:
+            self.assertIn("before clear", handle.read())
         self.assertNotEqual(cleared["conversation"], first["conversation"])
         second = self.ok(self.file_edit("a.py", "after clear"))
         script.check(self)
         self.assertEqual(second["conversation"], cleared["conversation"])
-        proc = self.run_tool("nagent-file-edit", "--file", "a.py", "--clear", "now", "--pid", PID)
+        proc = self.tool("nagent-file-edit", "--file", "a.py", "--clear", "now", "--pid", PID)
         self.assertCleanError(proc, code=2, contains="--clear takes no instruction")
 
     def test_list_file_edits(self):
@@ -298,10 +383,10 @@ class FileIndexTests(FileEditCase):
         self.assertTrue(item["last_used"])
         self.assertEqual(listing["files"][0]["conversation"], os.path.basename(second["conversation"]))
         self.assertNotEqual(first["conversation"], second["conversation"])
-        human = self.run_tool("nagent", "--list-file-edits", "--pid", PID)
+        human = self.tool("nagent", "--list-file-edits", "--pid", PID)
         self.assertEqual(human.returncode, 0, human.stderr)
         self.assertIn(os.path.join(self.cwd, "a.py"), human.stdout)
-        other = self.ok(self.run_tool("nagent", "--list-file-edits", "--json", "--pid", "999"))
+        other = self.ok(self.tool("nagent", "--list-file-edits", "--json", "--pid", "999"))
         self.assertEqual(other["files"], [])
 
     def test_corrupt_index_is_reported_and_rebuilt(self):
@@ -309,12 +394,13 @@ class FileIndexTests(FileEditCase):
         os.makedirs(os.path.dirname(self.index_path()))
         with open(self.index_path(), "w", encoding="utf-8") as handle:
             handle.write("{not json")
-        listing = self.run_tool("nagent", "--list-file-edits", "--json", "--pid", PID)
-        self.assertEqual(json.loads(listing.stdout)["files"], [])
+        listing = self.list_edits()
+        self.assertEqual(listing["files"], [])
+        self.assertIn("file index was corrupt", listing["warning"])
+        human = self.tool("nagent", "--list-file-edits", "--pid", PID)
+        self.assertIn("warning: file index was corrupt", human.stdout)
         self.respond(1)
-        proc = self.file_edit("a.py", "x")
-        self.ok(proc)
-        self.assertIn("file index was corrupt", proc.stderr)
+        self.ok(self.file_edit("a.py", "x"))
         self.assertTrue(os.path.exists(self.index_path() + ".corrupt"))
         self.assertEqual(len(self.list_edits()["files"]), 1)
 
@@ -322,7 +408,6 @@ class FileIndexTests(FileEditCase):
         names = ["one.py", "two.py", "three.py"]
         for name in names:
             self.write_file(name, f"# {name}\n")
-        from fakes import ReplySpec
         self.fake.reply_fn(lambda record: ReplySpec("<nagent-response>done</nagent-response>", delay=0.3))
         procs = [subprocess.Popen([sys.executable, os.path.join(BIN, "nagent-file-edit"), "--file", name,
                                    "--pid", PID, "--json", "edit"], cwd=self.cwd, env=self.env,

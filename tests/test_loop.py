@@ -42,6 +42,15 @@ class NagentRunCase(FakeVendorTestCase):
                                 stderr=subprocess.PIPE, text=True, env=self.env,
                                 cwd=cwd or self.cwd)
 
+    def nagent_parallel(self, *arg_lists):
+        """Independent runs at once (each pays the SDK import); CompletedProcess per run."""
+        procs = [self.start_nagent(*args) for args in arg_lists]
+        done = []
+        for args, proc in zip(arg_lists, procs):
+            out, err = proc.communicate(timeout=120)
+            done.append(subprocess.CompletedProcess(args, proc.returncode, out, err))
+        return done
+
     def wait_for_requests(self, count, timeout=30.0):
         deadline = time.monotonic() + timeout
         while len(self.generation_requests()) < count:
@@ -242,6 +251,11 @@ class EveryTagRunTest(NagentRunCase):
         self.assertIn(TRICKY, self.request_text(requests[-1]))
         self.assertEqual(last[-1][0], "user")
         self.assertIn("Now wrap up.", "\n".join(self.messages(requests[-2])[-1][1]))
+        # The continued reply is sent as partial + note + rest, never the whole text twice.
+        said = [parts for role, parts in self.messages(requests[6]) if role == "assistant"]
+        self.assertIn(["<nagent-shell>echo contin"], said)
+        self.assertIn(["ued-ok</nagent-shell>"], said)
+        self.assertFalse(any("echo continued-ok" in p for parts in said for p in parts))
         # The tricky read did not break the record framing: the next record is separate.
         self.assertEqual(sum(1 for r in self.records(path) if TRICKY in r.body), 1)
 
@@ -295,6 +309,7 @@ class GuardTest(NagentRunCase):
         self.assertEqual(data["exit_code"], 9)
         self.assertEqual(data["response"], "Stopped repeating.")
         self.assertIn("repeated", data["error"]["error"])
+        self.assertOneError(proc, 9, "repeated the same action")  # stderr, even with --json
         requests = self.generation_requests()
         self.assertEqual(len(requests), 5)
         self.assertIn("same action 3 times", self.request_text(requests[3]))

@@ -46,6 +46,8 @@ class GoldenCorpusTest(HermeticTestCase):
     def test_corpus_is_complete(self):
         names = golden_names()
         self.assertGreaterEqual(len(names), MIN_CASES)
+        if os.environ.get("NAGENT_REGEN_GOLDEN") == "1":
+            return  # test_golden_cases is about to write the missing .json files
         jsons = sorted(name[:-5] for name in os.listdir(GOLDEN) if name.endswith(".json"))
         self.assertEqual(names, jsons, "every NAME.txt needs a NAME.json and vice versa")
 

@@ -9,7 +9,10 @@ through the conversation's "stats" records. Prices: per million tokens (input, o
 cache read, cache write) from `PRICES`, overridable by config `prices.{model}`; an unknown
 model is counted in tokens only — never a guessed price.
 """
+import re
 from dataclasses import asdict, dataclass, fields, replace
+
+SNAPSHOT_RE = re.compile(r"-(?:\d{4}-\d{2}-\d{2}|\d{8})$")
 
 # USD per million tokens: (input, output, cache read, cache write).
 PRICES = {
@@ -59,6 +62,14 @@ class TokenStats:
 
 
 def price_for(model, config=None):
+    """(input, output, cache read, cache write) per million tokens, or None. A dated snapshot
+    name the API reports (gpt-4.1-2025-04-14, claude-...-20250929) is priced as its base model."""
+    price = _price_exact(model, config)
+    base = SNAPSHOT_RE.sub("", model or "")
+    return price if price is not None or base == model else _price_exact(base, config)
+
+
+def _price_exact(model, config):
     overrides = (config or {}).get("prices") if isinstance(config, dict) else None
     if isinstance(overrides, dict) and isinstance(overrides.get(model), dict):
         entry = overrides[model]

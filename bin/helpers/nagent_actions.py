@@ -18,6 +18,10 @@ from nagent_errors import NagentError
 from nagent_protocol import result_block
 
 READ_SPLIT_THRESHOLD_BYTES = 64 * 1024
+# Splitting reads the whole file into memory and writes as much again to the temp dir: a
+# runaway log or disk image must fail fast instead of filling both.
+SPLIT_MAX_BYTES = 256 * 1024 * 1024
+BINARY_SNIFF_BYTES = 8192
 
 
 @dataclass(frozen=True)
@@ -74,13 +78,15 @@ def read_text_file(path, limit=READ_SPLIT_THRESHOLD_BYTES, tag="nagent-read"):
     try:
         size = os.path.getsize(path)
         if limit is not None and size > limit:
+            if _looks_binary(path):
+                return None, "binary file (contains NUL bytes); not shown"
             return None, (f"file is {size} bytes, over the {limit}-byte inline limit; use "
                           f'<nagent-file-read path="{path}"/> to split it into segments')
         with open(path, "rb") as handle:
             data = handle.read(limit + 1 if limit is not None else -1)
     except OSError as error:
         return None, f"cannot read: {error.strerror}"
-    if b"\x00" in data[:8192]:
+    if b"\x00" in data[:BINARY_SNIFF_BYTES]:
         return None, "binary file (contains NUL bytes); not shown"
     try:
         return data.decode("utf-8"), None
@@ -113,9 +119,27 @@ def split_dir_for(path, ctx):
     return os.path.join(splits_root(ctx), f"{os.path.basename(path)}-{digest}")
 
 
+def _looks_binary(path):
+    with open(path, "rb") as handle:
+        return b"\x00" in handle.read(BINARY_SNIFF_BYTES)
+
+
 def ensure_split(path, ctx):
-    """Split `path` into the conversation's scratch dir, reusing an up-to-date split."""
+    """Split `path` into the conversation's scratch dir, reusing an up-to-date split.
+    Files over SPLIT_MAX_BYTES and binary files (NUL bytes) are refused with InputError."""
     import nagent_file_split_lib as split_lib
+    from nagent_errors import InputError
+    try:
+        size = os.path.getsize(path)
+        binary = _looks_binary(path)
+    except OSError as error:
+        raise InputError("cannot read file", path, error.strerror or str(error)) from None
+    if size > SPLIT_MAX_BYTES:
+        raise InputError(f"file is too large to split ({size} bytes, limit {SPLIT_MAX_BYTES})", path,
+                         "read parts of it with a shell command such as head, tail or grep")
+    if binary:
+        raise InputError("binary file (contains NUL bytes); not split", path,
+                         "inspect it with a shell command such as file or xxd | head")
     out_dir = split_dir_for(path, ctx)
     index_path = os.path.join(out_dir, "index.json")
     if os.path.exists(index_path):
@@ -172,20 +196,45 @@ def execute_file_read(action, ctx):
 
 def execute_file_patch(action, ctx):
     import nagent_file_patch_lib as patch_lib
-    from nagent_write_policy import validate_patch_source
+    from nagent_errors import RefusedError
+    from nagent_write_policy import temp_roots, validate_patch_source
     raw = action.attr("index", "")
     index_path = _resolve(raw, ctx)
 
     def authorize(source):
-        validate_patch_source(source, ctx.write_mode, ctx.environ)
+        final = validate_patch_source(source, ctx.write_mode, ctx.environ)
+        # The patch also rewrites index.json and adds patches/ beside it: that directory must be
+        # temp, or (per-file edit) a split of the target itself.
+        directory = os.path.realpath(os.path.dirname(patch_lib.resolve_index_path(index_path)))
+        if not any(directory.startswith(root.rstrip("/") + "/") for root in temp_roots(ctx.environ)) \
+                and not (ctx.write_mode.kind == "file-edit" and ctx.write_mode.target
+                         and final == os.path.realpath(ctx.write_mode.target)):
+            raise RefusedError("patch refused", raw, "the split's directory is outside the temp "
+                               "roots and is not a split of this session's target")
 
     try:
         outcome = patch_lib.patch_from_index(index_path, authorize=authorize)
     except NagentError as error:
         return error_block("nagent-file-patch-result", error_text(error), {"index": raw})
+    if outcome.get("status") == "applied" and outcome.get("source"):
+        refresh_target_id(outcome["source"], ctx)
     body = "\n".join(f"{key}: {value}" for key, value in outcome.items() if value is not None)
     return ActionOutcome(result_block("nagent-file-patch-result", body,
                                       {"index": raw, "status": str(outcome.get("status", ""))}))
+
+
+def refresh_target_id(path, ctx):
+    """After the target was replaced (a new inode), re-key its file-index record to the new id,
+    so a later rename still finds this conversation. Best effort: the write already happened."""
+    mode = ctx.write_mode
+    if mode.kind != "file-edit" or not mode.target or not ctx.pid \
+            or os.path.realpath(path) != os.path.realpath(mode.target):
+        return
+    import nagent_file_edit_lib as file_edit
+    try:
+        file_edit.resolve_file_edit(mode.target, ctx.pid, ctx.environ)
+    except NagentError:
+        pass
 
 
 def execute_write(action, ctx):
@@ -195,6 +244,7 @@ def execute_write(action, ctx):
         written = write_file_atomic(raw, action.body.encode("utf-8"), ctx.write_mode, ctx.cwd, ctx.environ)
     except NagentError as error:
         return error_block("nagent-write-result", error_text(error), {"path": raw})
+    refresh_target_id(written["path"], ctx)
     verb = "created" if written.get("created") else "replaced"
     return ActionOutcome(result_block("nagent-write-result", f"{verb} {written['path']} "
                                       f"({written['bytes']} bytes)", {"path": raw, "status": "ok"}))

@@ -8,6 +8,7 @@ Data contract:
   and its exit code, KeyboardInterrupt into 130, and never showing a traceback.
 - `emit_json(data)` writes one JSON document to stdout (nothing else goes to stdout in
   --json mode). `redact(text, secrets)` blanks out secret values in any text.
+- `argument_parser(**kwargs)` is argparse whose usage errors raise UsageError.
 - `Spinner` draws on stderr only when stderr is a TTY and NAGENT_NO_SPINNER is unset.
 """
 import json
@@ -118,6 +119,18 @@ class Spinner:
             self._stop.set()
             self._thread.join()
         return False
+
+
+def argument_parser(**kwargs):
+    """argparse, but a bad command line is a UsageError: one `Error:` line and exit 2."""
+    import argparse
+    from nagent_errors import UsageError
+
+    class Parser(argparse.ArgumentParser):
+        def error(self, message):
+            raise UsageError(message, "", f"see {self.prog} --help")
+
+    return Parser(**kwargs)
 
 
 def add_provider_flags(parser):

@@ -52,13 +52,12 @@ def run_prompt(options):
     outcome = run_agent_loop(session, prompt, source)
     if options.get("json"):
         emit_json(outcome.as_dict())
-    else:
-        if outcome.response is not None:
-            text = outcome.response
-            sys.stdout.write(text if text.endswith("\n") else text + "\n")
-        if outcome.error:
-            report_error(NagentError(outcome.error.get("error", "run failed"),
-                                     outcome.error.get("value", ""), outcome.error.get("fix", "")))
+    elif outcome.response is not None:
+        text = outcome.response
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    if outcome.error:  # on stderr in --json mode too: stdout stays one JSON document
+        report_error(NagentError(outcome.error.get("error", "run failed"),
+                                 outcome.error.get("value", ""), outcome.error.get("fix", "")))
     return outcome.exit_code
 
 

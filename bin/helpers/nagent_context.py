@@ -10,7 +10,8 @@ Data contract:
   `tools` is discover_tools() output ([{name, description}]); None discovers with the default
   cache. `file_edit` (required for mode "file-edit") is describe_file_target() output, with
   `split_index`/`split_segments` filled by the caller for large files.
-- `create_initial_text(ctx)` -> "<initial_context>\n" + static + "\n" + session + "</initial_context>\n".
+- `create_initial_text(ctx)` -> "<initial_context>\n" + static + "\n" + session
+  + "</initial_context>\n" (static first, so even the one-text form has a stable prefix).
 - `describe_file_target(path, environ)` -> {target, size, sha256, language, git_log,
   split_index: None, split_segments: []}; raises InputError for a missing or non-regular file.
 - `load_root_context(environ)` -> (text, problems): ~/.nagent/context.md verbatim, then the
@@ -60,50 +61,44 @@ class InitialContext:
 INTRO = {
     "main": (
         'You are the model inside nagent ("not-an-agent"). nagent drives a loop: it sends this '
-        "conversation to you, parses your reply for nagent tags, runs the requested actions, "
-        "appends their results to the conversation and calls you again, until you answer with "
-        "<nagent-response>."),
+        "conversation to you, runs the actions your reply asks for, appends their results and "
+        "calls you again, until you answer with <nagent-response>."),
     "file-edit": (
         'You are the model inside nagent ("not-an-agent"), in a per-file edit session: this '
-        "conversation exists to change ONE target file (its path, size, hash and history are in "
-        "the session facts below). nagent drives a loop: it sends this conversation to you, "
-        "parses your reply for nagent tags, runs the requested actions, appends their results "
-        "and calls you again, until you answer with <nagent-response>."),
+        "conversation exists to change ONE target file (path, size, hash and history are in the "
+        "session facts below). nagent drives a loop: it sends this conversation to you, runs the "
+        "actions your reply asks for, appends their results and calls you again, until you "
+        "answer with <nagent-response>."),
 }
 
 CONTEXT_RULES = f"""Context rules:
-- Read files up to {READ_LIMIT_KIB} KiB with <nagent-read path="..."/>; read larger ones with \
-<nagent-file-read path="..."/>, which splits them into segment files and returns the index.
-- Delegate noisy exploration (wide searches, long logs, many files) to <nagent-agent>: you get \
-back only its final answer, and this conversation stays small.
-- One step at a time: ask for the actions you need now, then stop. The driver appends each \
-result; never write result tags yourself.
-- Keep replies short. Do not repeat an action that just failed the same way: change the \
-approach, or explain the problem in <nagent-response>."""
+- Read files up to {READ_LIMIT_KIB} KiB with <nagent-read>; larger ones with <nagent-file-read>, \
+which splits them and returns the segment index.
+- Delegate noisy exploration (wide searches, long logs, many files) to <nagent-agent>: only its \
+final answer comes back, so this conversation stays small.
+- One step at a time; keep replies short. Do not repeat an action that just failed the same \
+way: change the approach, or explain the problem in <nagent-response>."""
 
 WRITE_RULES = {
     "main": """Write rules (main conversation):
 - <nagent-write> may write only under /tmp, /var/tmp or $TMPDIR.
 - Project files are changed only by running `nagent-file-edit --file PATH "instruction"` \
-through <nagent-shell>; it runs a dedicated edit session for that one file and prints its \
-answer. Never change project files with <nagent-write> or with shell redirection, tee, \
-sed -i or similar.""",
+through <nagent-shell>: a dedicated edit session for that one file. Never change project files \
+with <nagent-write> or with shell redirection, tee, sed -i or similar.""",
     "file-edit": f"""Write rules (per-file edit session):
 - Change the target by replacing the WHOLE file: <nagent-write path="TARGET">the complete new \
-content</nagent-write>. Never write a fragment, an excerpt or a diff.
+content</nagent-write>. Never write a fragment or a diff.
 - A target over {READ_LIMIT_KIB} KiB is edited through its split: write whole segment files \
-listed in the split index, then merge them with <nagent-file-patch index="INDEX"/>.
-- Nothing else in the project may be written. Scratch files go under /tmp, /var/tmp or \
+listed in its split index, then merge them with <nagent-file-patch index="INDEX"/>.
+- Nothing else in the project may be written; scratch files go under /tmp, /var/tmp or \
 $TMPDIR. No shell redirection into project files, and no nagent-file-edit from here.
 - When the change is done, answer with <nagent-response> describing it in a few lines.""",
 }
 
 SHELL_RULES = """Shell rules:
-- <nagent-shell> runs its text as a bash script in the user's working directory, with stdin \
-closed, under a timeout and without provider API keys; the exit code and output (long output \
-cut to head and tail) come back as <nagent-shell-result>.
-- Prefer read-only commands (ls, cat, grep, git status/diff/log, test runs). Do not start \
-interactive programs, servers that never exit, or anything needing a password."""
+- <nagent-shell> runs as a bash script in the user's working directory, stdin closed, under a \
+timeout, without provider API keys; long output is cut to head and tail.
+- Prefer read-only commands. Nothing interactive, no servers that never exit."""
 
 
 def _grammar():
@@ -270,13 +265,9 @@ def environment_facts(environ, cwd, now):
 
 
 def _segment_line(segment):
-    if not isinstance(segment, dict):
-        return str(segment)
-    name = segment.get("path") or segment.get("file") or segment.get("name")
-    if name is None:
-        return ", ".join(f"{key}={segment[key]}" for key in sorted(segment))
-    start, end = segment.get("start_line"), segment.get("end_line")
-    return f"{name} (lines {start}-{end})" if start is not None and end is not None else str(name)
+    """One split segment {file, first_line, last_line, bytes} as the model reads it."""
+    return (f"{segment['file']} (lines {segment['first_line']}-{segment['last_line']}, "
+            f"{segment['bytes']} bytes)")
 
 
 def target_facts(file_edit):

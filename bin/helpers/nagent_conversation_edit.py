@@ -8,8 +8,9 @@ Data contract: `edit_conversation(path, options, environ=None, cwd=None) -> (dat
   `$TMPDIR/nagent-edit-<name>-<random>/conversation.txt` (falls back to /tmp); (3) run a
   per-file edit session on the copy in-process, NOT holding the conversation's lock; its index
   is the separate per-shell id EDIT_INDEX_PID so temp copies never clutter the user's
-  `--list-file-edits`; (4) decode and validate the copy: it parses, has no torn tail, only known
-  record kinds, no new text outside records, and the context records unchanged; (5) if the
+  `--list-file-edits`, and each run starts a fresh edit conversation; (4) decode and validate
+  the copy: it parses, has no torn tail, only known record kinds, no new text outside records,
+  and the context records unchanged; (5) if the
   conversation is still byte-identical to the snapshot, archive it
   (nagent_conversation_lifecycle.archive) and write the edited records, renumbered from 1, in
   its place atomically (link, never over a file that appeared meanwhile).
@@ -113,8 +114,12 @@ def working_copy(path, data, environ):
 
 
 def run_session(copy, instruction, options, parent, environ, cwd):
+    import nagent_file_edit_lib as file_edit
     from nagent_loop import run_agent_loop
     from nagent_session import build_session
+    # Always a fresh session: an inode freed by an earlier copy may be reused by this one, and
+    # the index (keyed by file id) would otherwise resume that earlier, unrelated edit.
+    file_edit.clear_file_edit(copy, EDIT_INDEX_PID, environ)
     session_options = {key: options.get(key) for key in PASSED_OPTIONS}
     session_options.update(file_edit=copy, pid=EDIT_INDEX_PID, invocation="delegated",
                            parent_conversation=parent)

@@ -119,7 +119,11 @@ def is_busy(path):
 def side_dir(conversation_path):
     """`{conversation}.d`, created (0700) if missing."""
     path = os.fspath(conversation_path) + ".d"
-    os.makedirs(path, mode=0o700, exist_ok=True)
+    try:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+    except OSError as error:  # a read-only ~/.nagent, or a file where a directory belongs
+        raise InputError("cannot create conversation directory", path,
+                         error.strerror or str(error)) from None
     return path
 
 

@@ -203,20 +203,34 @@ def write_patch_artifact(directory, data, now=None):
     """Create `<directory>/patches/<UTC stamp>-<n>.patch` without overwriting; returns its path."""
     folder = os.path.join(directory, PATCH_DIR)
     os.makedirs(folder, exist_ok=True)
+    try:
+        # No symlink as patches/: it would carry the artifact out of the split's directory.
+        dir_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as error:
+        raise RefusedError("patch directory is a symlink or not a directory", folder,
+                           error.strerror) from None
     stamp = (now or datetime.now(timezone.utc)).strftime("%Y%m%dT%H%M%SZ")
     number = 1
-    while True:
-        path = os.path.join(folder, f"{stamp}-{number}.patch")
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        except FileExistsError:
-            number += 1
-            continue
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        return path
+    try:
+        while True:
+            name = f"{stamp}-{number}.patch"
+            try:
+                fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644,
+                             dir_fd=dir_fd)
+            except FileExistsError:
+                number += 1
+                continue
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+            return os.path.join(folder, name)
+    finally:
+        os.close(dir_fd)
+
+
+def _no_follow(path, flags):
+    return os.open(path, flags | getattr(os, "O_NOFOLLOW", 0))
 
 
 def read_segments(directory, index):
@@ -224,7 +238,8 @@ def read_segments(directory, index):
     for record in index["segments"]:
         path = os.path.join(directory, record["file"])
         try:
-            with open(path, "rb") as handle:
+            # A segment that became a symlink could smuggle another file into the source.
+            with open(path, "rb", opener=_no_follow) as handle:
                 parts.append(handle.read())
         except FileNotFoundError:
             raise InputError("split segment is missing", path,
@@ -259,7 +274,8 @@ def refreshed_index(index, parts, digests, new):
     records, offset, line = [], 0, 1
     for record, part, digest in zip(index["segments"], parts, digests):
         breaks = part.count(b"\n")
-        last_line = line + breaks - (1 if part.endswith(b"\n") else 0)
+        # An empty segment covers no line: last_line = first_line - 1, as split_file writes it.
+        last_line = line + breaks - (1 if part.endswith(b"\n") or not part else 0)
         entry = {"file": record["file"], "first_line": line, "last_line": last_line,
                  "start_byte": offset, "end_byte": offset + len(part), "bytes": len(part),
                  "sha256": digest}
@@ -315,6 +331,8 @@ def patch_from_index(index_path, dry_run=False, force=False, authorize=None):
                   status="dry-run" if dry_run else "applied")
     if dry_run:
         return result
+    if not force and sha256_hex(read_source(source)[1]) != index["source_sha256"]:
+        raise RefusedError("source changed while patching", source, "run nagent-file-patch again")
     try:
         atomic_write(source, new)
     except OSError as error:

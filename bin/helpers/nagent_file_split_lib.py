@@ -208,7 +208,6 @@ def _prepare_dir(output_dir):
         os.makedirs(directory, exist_ok=True)
     except OSError as error:
         raise InputError("cannot create output directory", output_dir, error.strerror) from None
-    return directory
 
 
 def _previous_index(directory):
@@ -230,7 +229,7 @@ def split_file(path, output_dir, target_bytes=DEFAULT_TARGET_BYTES, split_type=N
     real, data = read_source(path)
     name = detect_split_type(path, split_type)
     text = decode_text(data, path)
-    directory = _prepare_dir(output_dir)
+    directory = os.path.abspath(os.fspath(output_dir))
     if os.path.dirname(real) == directory and os.path.basename(real) == INDEX_NAME:
         raise InputError("the source would be overwritten by the index", path,
                          "choose another --output directory")
@@ -244,6 +243,7 @@ def split_file(path, output_dir, target_bytes=DEFAULT_TARGET_BYTES, split_type=N
              "source_size": len(data), "source_lines": len(starts) - 1, "split_type": name,
              "target_bytes": target_bytes, "created": now_iso(), "segments": records}
     _add_summaries(index, data, summarize, reuse_summaries or {})
+    _prepare_dir(output_dir)
     previous = _previous_index(directory)
     for record in records:
         atomic_write(os.path.join(directory, record["file"]),

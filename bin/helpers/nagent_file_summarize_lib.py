@@ -113,9 +113,10 @@ def provider_text_callable(overrides, environ=None):
     """(callable, usage) backed by the provider helper; `usage` accumulates calls and tokens.
     Settings are resolved here, so configuration errors surface before any work starts."""
     import nagent_llm
-    from nagent_config import resolve_settings
+    from nagent_config import api_key_for, resolve_settings
 
     settings = resolve_settings(overrides, environ)
+    api_key_for(settings)  # a missing key fails now, not after the file was split
     usage = {"provider": settings.provider.name, "model": settings.model, "calls": 0,
              "input_tokens": 0, "output_tokens": 0}
 

@@ -35,8 +35,20 @@ def status(options):
                      f"cache read {totals.get('cache_read_tokens', 0)} "
                      f"({totals.get('cache_read_share', 0):.0%}) write {totals.get('cache_write_tokens', 0)}")
         lines.append("cost: " + (f"${cost:.4f}" if cost is not None else "unknown (no price for model)"))
-    for window in data["windows"]:
-        lines.append(f"previous window: {window}")
+    run = stats.get("run") or {}
+    data["last_run"] = run
+    if run:
+        run_cost = run.get("cost_usd")
+        lines.append(f"last run: {run.get('turns', 0)} calls, in {run.get('input_tokens', 0)} "
+                     f"(cache read {run.get('cache_read_share', 0):.0%}) out {run.get('output_tokens', 0)}, "
+                     "cost " + (f"${run_cost:.4f}" if run_cost is not None else "unknown"))
+    data["window"] = len(data["windows"]) + 1
+    if data["windows"]:
+        lines.append(f"window: {data['window']} (earlier windows archived, oldest first):")
+    for number, window in enumerate(data["windows"], start=1):
+        lines.append(f"previous window {number}: {window}")
+    if data["checkpoint"]:
+        lines.append(f"checkpoint: {data['checkpoint']}")
     return data, "\n".join(lines)
 
 
@@ -72,6 +84,7 @@ def clear_file_edit(options):
 
 def save_conversation(options):
     path = selected_path(options)
+    lifecycle.validate_name(options["save_conversation"])  # a bad name is reported first
     if not os.path.exists(path):
         raise InputError("no conversation to save", path, "run a prompt first")
     saved = lifecycle.save_as(path, options["save_conversation"])
@@ -102,19 +115,42 @@ def branch_conversation(options):
 
 def list_conversations(options):
     items = lifecycle.list_conversations()
+    mark_windows(items)
     lines = [f"{item.get('kind', ''):9} {item.get('name', '')}  {item.get('size', 0)} bytes  "
-             f"{item.get('modified', '')}  {item.get('first_prompt', '')!r}" for item in items]
+             f"{item.get('modified', '')}  {item.get('first_prompt', '')!r}"
+             + (f"  (window {item['window']} of {item['window_of']})" if item.get("window_of") else "")
+             for item in items]
     return {"conversations": items}, "\n".join(lines) or "no conversations yet"
+
+
+def mark_windows(items):
+    """Archived windows of a conversation (its stats list them) get `window` and `window_of`."""
+    from nagent_conversation import read_tail_summary
+    by_path = {os.path.realpath(item["path"]): item for item in items if item.get("path")}
+    for item in items:
+        if item.get("kind") == "archived" and item.get("window_of"):
+            continue
+        try:
+            windows = ((read_tail_summary(item["path"]).get("stats") or {}).get("windows")) or []
+        except (OSError, ValueError, InputError):  # an unreadable file is listed as it is
+            continue
+        for number, window in enumerate(windows, start=1):
+            archived = by_path.get(os.path.realpath(window)) if isinstance(window, str) else None
+            if archived is not None and not archived.get("window_of"):
+                archived.update(window=number, window_of=item["name"])
 
 
 def list_file_edits(options):
     import nagent_file_edit_lib as file_edit
     pid = options.get("pid") or lifecycle.default_pid()
     records = file_edit.list_file_edits(pid)
+    index_path = file_edit.file_index_path(pid)
+    warning = file_edit.load_file_index(index_path)[1]  # the next edit session rebuilds it
     lines = [f"{r['file_id']}  {r['path']}  {r['conversation']}  {r.get('last_used', '')}"
              + ("" if r.get("exists", True) else "  (moved or gone)") for r in records]
-    return {"pid": pid, "index": file_edit.file_index_path(pid), "files": records}, \
-        "\n".join(lines) or "no per-file edit sessions for this shell"
+    text = "\n".join(lines) or "no per-file edit sessions for this shell"
+    return {"pid": pid, "index": index_path, "files": records, "warning": warning}, \
+        (f"warning: {warning}\n" if warning else "") + text
 
 
 def list_models(options):

@@ -17,6 +17,8 @@ Data contract:
   timeouts and refused/reset connections are retried with exponential backoff + jitter,
   honouring retry-after / retry-after-ms up to `retry_after_cap`; never 400/401/403/404.
   Failures raise ProviderError carrying status, error type, retryable and retry_after.
+  A 2xx body that is not JSON or not the API's shape (the SDKs do not validate) is a
+  retryable ProviderError with error_type "malformed" (adapters parse via `read_reply`).
 SDKs are imported only inside the adapter modules' functions, at call time.
 """
 import importlib
@@ -171,11 +173,49 @@ def network_error(provider, kind, detail):
     return ProviderError(what, detail, fix, provider=provider, error_type=kind, retryable=True)
 
 
-def generate(request, settings, sleep=time.sleep, on_retry=None):
-    """Send `request` with the provider in `settings`; retry per the one policy."""
+class MalformedResponse(Exception):
+    """An adapter could not read a 2xx answer: the SDKs do not validate bodies (design notes)."""
+
+
+def malformed_error(provider, error):
+    """A body that is not JSON or not the API's shape. Retryable: gateways and proxies answer
+    with such pages under load; the policy still bounds the attempts."""
+    detail = " ".join(str(error).split())[:200] or type(error).__name__
+    return ProviderError(f"{provider} returned a malformed response", detail,
+                         "the endpoint did not answer in the API's format; check the base URL",
+                         provider=provider, error_type="malformed", retryable=True)
+
+
+def read_reply(parse, response):
+    """parse(response) -> dict; a wrong-shaped answer raises MalformedResponse, never a traceback."""
+    try:
+        return parse(response)
+    except (AttributeError, IndexError, KeyError, TypeError, ValueError) as error:
+        raise MalformedResponse(f"{type(error).__name__}: {error}") from None
+
+
+def is_malformed(error):
+    import json
+    # json.loads of a body that is not UTF-8/16/32 raises UnicodeDecodeError, not JSONDecodeError.
+    if isinstance(error, (MalformedResponse, json.JSONDecodeError, UnicodeDecodeError)):
+        return True
+    # google-genai validates answers with pydantic inside the SDK call; its ValidationError
+    # (a ValueError) means the body did not have the API's shape.
+    return isinstance(error, ValueError) and type(error).__module__.startswith("pydantic")
+
+
+def make_client(settings):
+    """A provider client for `settings`. A loop keeps one for all its calls: building one
+    costs 50-250 ms (TLS context, SDK setup) and a new one opens a new connection."""
+    return load_adapter(settings).make_client(settings, api_key_for(settings))
+
+
+def generate(request, settings, sleep=time.sleep, on_retry=None, client=None):
+    """Send `request` with the provider in `settings`; retry per the one policy. `client`
+    (from make_client with the same settings) is reused when given."""
     adapter = load_adapter(settings)
-    key = api_key_for(settings)
-    client = adapter.make_client(settings, key)
+    if client is None:
+        client = adapter.make_client(settings, api_key_for(settings))
     attempts = 0
     started = time.monotonic()
     while True:

@@ -49,6 +49,7 @@ class Run:
         self.windows = list((previous or {}).get("windows") or [])
         self.calls = 0
         self.recent_actions = []
+        self.client = None  # one provider client for the whole run (see nagent_llm.make_client)
 
     def append(self, kind, body, attrs=None):
         return self.writer.append(kind, redact(body, self.session.secrets), attrs)
@@ -86,7 +87,9 @@ def call_llm(run, spinner):
     import nagent_llm
     run.calls += 1
     try:
-        result = nagent_llm.generate(request, session.settings, on_retry=on_retry)
+        if run.client is None:
+            run.client = nagent_llm.make_client(session.settings)
+        result = nagent_llm.generate(request, session.settings, on_retry=on_retry, client=run.client)
     except ProviderError as error:
         run.append("error", error.line(), {"status": str(error.status or error.error_type)})
         raise
@@ -188,8 +191,8 @@ def _loop(run, prompt, source):
             if not parsed.valid:
                 format_failures += 1
                 record = run.append("reply", text, dict(attrs, valid="false"))
-                run.append("system", correction_text(f"{parsed.error} (your reply is kept as record "
-                                                     f"{record.seq} and not repeated here)"))
+                run.append("system", correction_text(f"{parsed.error.rstrip('.')} (your reply is kept as "
+                                                     f"record {record.seq} and not repeated here)."))
                 if format_failures > session.limits.max_format_retries:
                     error = ProtocolFailure("the model kept replying outside the nagent tag protocol",
                                             f"{format_failures} invalid replies in a row",

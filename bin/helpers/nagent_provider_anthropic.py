@@ -7,7 +7,8 @@ reports input_tokens WITHOUT cached tokens, so input = input + cache read + cach
 """
 import base64
 
-from nagent_llm import base_url_for, network_error, require_package, status_error
+from nagent_llm import (base_url_for, is_malformed, malformed_error, network_error, read_reply,
+                        require_package, status_error)
 
 MAX_BREAKPOINTS = 4
 
@@ -67,6 +68,10 @@ def call(client, request, settings):
     response = client.messages.create(model=settings.model,
                                       max_tokens=request.max_output_tokens or settings.max_output_tokens,
                                       messages=build_messages(request), **options)
+    return read_reply(_result, response)
+
+
+def _result(response):
     text = "".join(block.text for block in (response.content or [])
                    if getattr(block, "type", None) == "text")
     usage = response.usage
@@ -89,6 +94,8 @@ def call(client, request, settings):
 def classify(error, settings):
     import anthropic
     name = settings.provider.name
+    if is_malformed(error):
+        return malformed_error(name, error)
     if isinstance(error, anthropic.APITimeoutError):
         return network_error(name, "timeout", "no answer within the read timeout")
     if isinstance(error, anthropic.APIConnectionError):

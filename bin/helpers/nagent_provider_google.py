@@ -6,7 +6,8 @@ cachedContentTokenCount (implicit prefix caching); thoughtsTokenCount is reasoni
 The client object is kept by the caller for the whole call: a temporary client is garbage
 collected and closes its connection mid-call (measured, see design notes).
 """
-from nagent_llm import base_url_for, network_error, require_package, status_error
+from nagent_llm import (base_url_for, is_malformed, malformed_error, network_error, read_reply,
+                        require_package, status_error)
 
 INLINE_LIMIT = 20 * 1024 * 1024   # larger uploads go through the Files API
 
@@ -55,6 +56,10 @@ def call(client, request, settings):
         config["stop_sequences"] = list(request.stop[: settings.provider.max_stop_sequences or 5])
     response = client.models.generate_content(model=settings.model, contents=contents,
                                               config=types.GenerateContentConfig(**config))
+    return read_reply(_result, response)
+
+
+def _result(response):
     candidates = response.candidates or []
     candidate = candidates[0] if candidates else None
     texts = []
@@ -80,6 +85,8 @@ def classify(error, settings):
     import httpx2
     from google.genai import errors
     name = settings.provider.name
+    if is_malformed(error):
+        return malformed_error(name, error)
     if isinstance(error, errors.APIError):
         response = getattr(error, "response", None)
         headers = getattr(response, "headers", None)

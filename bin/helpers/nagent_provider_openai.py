@@ -9,7 +9,8 @@ reported: its prefix cache is automatic); reasoning tokens in output/completion 
 """
 import base64
 
-from nagent_llm import base_url_for, network_error, require_package, status_error
+from nagent_llm import (base_url_for, is_malformed, malformed_error, network_error, read_reply,
+                        require_package, status_error)
 
 
 def make_client(settings, key):
@@ -70,13 +71,13 @@ def call(client, request, settings):
         response = client.chat.completions.create(model=settings.model,
                                                   messages=_messages(request, "chat"),
                                                   max_tokens=max_tokens, **options)
-        return _chat_result(response)
+        return read_reply(_chat_result, response)
     options = {}
     if request.cache_key:
         options["prompt_cache_key"] = request.cache_key
     response = client.responses.create(model=settings.model, input=_messages(request, "responses"),
                                        max_output_tokens=max_tokens, store=False, **options)
-    return _responses_result(response)
+    return read_reply(_responses_result, response)
 
 
 def _get(obj, *names):
@@ -128,6 +129,8 @@ def _chat_result(response):
 def classify(error, settings):
     import openai
     name = settings.provider.name
+    if is_malformed(error):
+        return malformed_error(name, error)
     if isinstance(error, openai.APITimeoutError):
         return network_error(name, "timeout", "no answer within the read timeout")
     if isinstance(error, openai.APIConnectionError):

@@ -5,6 +5,8 @@ Data contract: `build_request(records, provider_row, cache_key=None) -> Request`
   messages; everything else the model should see (initial context, prompts, results,
   corrections, notes, interruptions) becomes user messages, consecutive ones merged, one
   part per record so block boundaries stay stable from one request to the next.
+- A reply continued after the output limit is stored whole (as run) but sent as the part
+  the model wrote after its partial replies, so the model never sees itself repeat.
 - Invalid replies are not sent back (a raw invalid turn acts as an example the model
   copies); the correction that follows them carries a pointer to the record instead.
 - Records of kind stats / meta / error are bookkeeping and never sent.
@@ -42,13 +44,19 @@ def render_user_record(record):
 def record_messages(records):
     """[(role, [parts])] with consecutive roles merged; the first message is always user."""
     messages = []
+    partial = ""  # replies cut by the output limit, awaiting their continuation
     for record in records:
         if record.kind in NOT_SENT:
             continue
         if record.kind == "reply":
             if record.attr("valid", "true") == "false":
                 continue
-            role, text = "assistant", reply_text_as_run(record).rstrip()
+            text = reply_text_as_run(record)
+            if record.attr("continued") == "true" and partial and text.startswith(partial):
+                # The model wrote only the rest; its partial replies are already above.
+                text = text[len(partial):]
+            partial = partial + record.body if record.attr("valid") == "partial" else ""
+            role, text = "assistant", text.rstrip()
         else:
             role, text = "user", render_user_record(record)
         if not text:

@@ -137,6 +137,18 @@ def file_edit_facts(record, context_module, action_context):
     return facts
 
 
+def shell_environ(environ):
+    """The environment actions run in: the tool list the model reads says "Tools on PATH"."""
+    from nagent_discovery import default_bin_dirs
+    env = dict(environ)
+    parts = [part for part in env.get("PATH", "").split(os.pathsep) if part]
+    for directory in reversed(default_bin_dirs(env)):
+        if os.path.isdir(directory) and directory not in parts:
+            parts.insert(0, directory)
+    env["PATH"] = os.pathsep.join(parts)
+    return env
+
+
 def build_session(options, environ, cwd):
     from nagent_actions import ActionContext
     import nagent_conversation_lifecycle as lifecycle
@@ -147,7 +159,7 @@ def build_session(options, environ, cwd):
     side_dir = lifecycle.side_dir(path)
     depth = int(options.get("depth") or 0)
     action_context = ActionContext(
-        cwd=cwd, environ=dict(environ), write_mode=mode, conversation=path, side_dir=side_dir,
+        cwd=cwd, environ=shell_environ(environ), write_mode=mode, conversation=path, side_dir=side_dir,
         shell_policy=shell_policy(config, options, cwd), settings=settings, pid=pid, depth=depth,
         max_depth=int(_int_setting(config, "max_agent_depth", 3)),
         agent_timeout=float(_int_setting(config, "agent_timeout", 1800.0, 1)),

@@ -64,24 +64,29 @@ _TRIPLE = (r'"""(?:\\[\s\S]|[^\\"]|"(?!""))*(?:"""|\Z)'
 PY_TOKENS = r"(?=[#\"'])(?:(?P<c>#[^\n]*)|(?P<s>" + _TRIPLE + "|" + _DQ + "|" + _SQ + "))"
 _XML_REST = (r"|(?P<x></[^>]*>)"
              r"|(?P<t><[A-Za-z_][^>\"']*(?:(?:\"[^\"]*\"|'[^']*')[^>\"']*)*>)")
-XML_TOKENS = (r"(?=<)(?:(?P<c><!--[\s\S]*?(?:-->|\Z))|(?P<s><!\[CDATA\[[\s\S]*?(?:\]\]>|\Z)"
-              r"|<[?!][^>]*>)" + _XML_REST + ")")
+_XML_COMMENT = r"(?P<c><!--[\s\S]*?(?:-->|\Z))"
+_XML_OPAQUE = r"<!\[CDATA\[[\s\S]*?(?:\]\]>|\Z)|<[?!][^>]*>"
 # script/style bodies are raw text in HTML: one opaque token, so `<` inside them is not a tag.
-HTML_TOKENS = (r"(?=<)(?:(?P<c><!--[\s\S]*?(?:-->|\Z))|(?P<s><!\[CDATA\[[\s\S]*?(?:\]\]>|\Z)|<[?!][^>]*>"
-               r"|<(?P<d>script|style)\b[^>]*>[\s\S]*?(?:</(?P=d)\s*>|\Z))" + _XML_REST + ")")
-MD_TOKENS = r"(?m)(?P<s>^[ \t]{0,3}(?P<d>`{3,}|~{3,})[^\n]*\n[\s\S]*?(?:^[ \t]{0,3}(?P=d)[`~]*[ \t]*\r?$|\Z))"
+_RAW_TEXT = r"|<(?P<d>script|style)\b[^>]*>[\s\S]*?(?:</(?P=d)\s*>|\Z)"
+XML_TOKENS = r"(?=<)(?:" + _XML_COMMENT + "|(?P<s>" + _XML_OPAQUE + ")" + _XML_REST + ")"
+HTML_TOKENS = (r"(?=<)(?:" + _XML_COMMENT + "|(?P<s>" + _XML_OPAQUE + _RAW_TEXT + ")"
+               + _XML_REST + ")")
+MD_TOKENS = (r"(?m)(?P<s>^[ \t]{0,3}(?P<d>`{3,}|~{3,})[^\n]*\n[\s\S]*?"
+             r"(?:^[ \t]{0,3}(?P=d)[`~]*[ \t]*\r?$|\Z))")
 
 _JS_TOP = (r"(?:export\s+)?(?:default\s+)?(?:declare\s+)?(?:abstract\s+)?(?:async\s+)?"
            r"(?:function\b|class\b|const\b|let\b|var\b|interface\b|type\b|enum\b|namespace\b"
-           r"|module\b|import\b|export\b)|module\.exports|exports\.|(?:describe|suite|it|test)\s*\(")
+           r"|module\b|import\b|export\b)|module\.exports|exports\."
+           r"|(?:describe|suite|it|test)\s*\(")
 _JS = dict(mode="brackets", top=_JS_TOP, nested=r"[A-Za-z_$#*\[@'\"]", attach=r"//|/\*|@",
            terminators=";{},", nested_terminated=True,
            container=r"(?:export\s+)?(?:default\s+)?(?:declare\s+)?(?:abstract\s+)?"
                      r"(?:class|interface|namespace|module|enum)\b|[^\n]*=\s*\{\s*$"
                      r"|(?:describe|suite|context)\s*\(")
-_RUST_ITEM = (r"(?:pub(?:\([^)\n]*\))?\s+)?(?:(?:unsafe|async|const|default|extern(?:\s+\"[^\"]*\")?)"
-              r"\s+)*(?:fn|struct|enum|union|trait|impl|mod|use|type|const|static|macro_rules!"
-              r"|extern)\b|[a-z_][a-z0-9_]*!\s*[({\[]")
+_RUST_ITEM = (r"(?:pub(?:\([^)\n]*\))?\s+)?"
+              r"(?:(?:unsafe|async|const|default|extern(?:\s+\"[^\"]*\")?)\s+)*"
+              r"(?:fn|struct|enum|union|trait|impl|mod|use|type|const|static|macro_rules!|extern)\b"
+              r"|[a-z_][a-z0-9_]*!\s*[({\[]")
 _PY_DEF = r"(?:async[ \t]+def|def|class)\b"
 _ITEM = r"[A-Za-z_]"
 
@@ -114,7 +119,8 @@ LANGUAGES = {lang.name: lang for lang in (
              tokens=JSON_TOKENS, top=r"[\"\[{0-9tfn-]", nested=r"[\"\[{0-9tfn-]",
              attach=r"//|/\*", terminators=",[{", top_terminated=True, nested_terminated=True,
              base=1),
-    Language("yaml", "indent", (".yaml", ".yml"), top=r"[^\s#]", nested=r"[^\s#]", attach=r"#"),
+    Language("yaml", "indent", (".yaml", ".yml"), top=r"(?!---|\.\.\.)[^\s#]",
+             nested=r"[^\s#]", attach=r"#|---|\.\.\."),
     Language("xml", "xml", (".xml", ".xsd", ".xsl", ".xslt", ".svg", ".plist", ".rss", ".atom",
                             ".csproj", ".xaml", ".kml"),
              tokens=XML_TOKENS, top=r"<[A-Za-z_]", nested=r"<[A-Za-z_]", attach=r"<!--"),
@@ -125,8 +131,8 @@ LANGUAGES = {lang.name: lang for lang in (
 
 @dataclass(frozen=True)
 class Scan:
-    """Candidate chunk starts (sorted lines + levels), attach lines (line -> level, None for
-    the inside of a block comment) and the line texts accessor."""
+    """Candidate chunk starts (sorted lines + their levels) and attach lines (line -> level;
+    None for lines inside a block comment, which attach at any level)."""
     lines: list
     levels: list
     attach: dict
@@ -142,8 +148,9 @@ def line_starts(text):
 
 
 def _match_lines(pattern, padded, starts):
-    """Lines where `[ \t]*(?:pattern)` matches at the line start: {line: indent width}.
-    `padded` is "\n" + text: anchoring on a newline lets the regex engine skip ahead fast,
+    r"""Lines where `[ 	]*(?:pattern)` matches at the line start: {line: indent width}.
+    `padded` is "
+" + text: anchoring on a newline lets the regex engine skip ahead fast,
     and a match at padded offset p is a line starting at text offset p."""
     if not pattern:
         return {}
@@ -202,7 +209,7 @@ def _scan_nested(text, starts, lang):
     """indent / brackets / xml modes: levels from indentation or bracket depth."""
     padded = "\n" + text
     top = _match_lines(lang.top, padded, starts)
-    nested = _match_lines(lang.nested, padded, starts) if lang.nested else {}
+    nested = top if lang.nested == lang.top else _match_lines(lang.nested, padded, starts)
     attach = _match_lines(lang.attach, padded, starts)
     if lang.mode == "indent":
         _, masked = _walk(text, starts, lang.tokens, [])
@@ -297,10 +304,12 @@ class _Engine:
     def is_container(self, head):
         if head is None or self.container is None:
             return True
-        for line in (head, head + 1):
-            if line < len(self.starts) and self.container.match(_line(self.text, self.starts,
-                                                                        line).lstrip()):
-                return True
+        first = _line(self.text, self.starts, head).lstrip()
+        if self.container.match(first):
+            return True
+        # A header that continues on the next line (`template <...>` then `class X {`).
+        if head + 1 < len(self.starts) and not any(c in first for c in "{;"):
+            return bool(self.container.match(_line(self.text, self.starts, head + 1).lstrip()))
         return False
 
     def attach_start(self, line, lo, level):
@@ -311,20 +320,19 @@ class _Engine:
 
     def cuts(self, lo, hi, floor):
         """(level, head of the first part, [(start, head)]) cutting [lo, hi) at the shallowest
-        boundary level deeper than `floor`; no cuts when none fits."""
+        level deeper than `floor` that has a boundary after `lo`; no cuts when none does."""
         lines, levels = self.scan.lines, self.scan.levels
         i0, i1 = bisect_left(lines, lo), bisect_left(lines, hi)
-        deeper = [levels[i] for i in range(i0, i1) if levels[i] > floor]
-        if not deeper:
-            return None, None, []
-        level = min(deeper)
-        heads = [lines[i] for i in range(i0, i1) if levels[i] == level]
-        cuts, previous = [], lo
-        for head in heads:
-            if head > lo:
-                cuts.append((max(self.attach_start(head, lo, level), previous + 1), head))
-                previous = head
-        return level, (lo if heads[0] == lo else None), cuts
+        for level in sorted({levels[i] for i in range(i0, i1) if levels[i] > floor}):
+            heads = [lines[i] for i in range(i0, i1) if levels[i] == level]
+            cuts, previous = [], lo
+            for head in heads:
+                if head > lo:
+                    cuts.append((max(self.attach_start(head, lo, level), previous + 1), head))
+                    previous = head
+            if cuts:
+                return level, (lo if heads[0] == lo else None), cuts
+        return None, None, []
 
     def pieces(self, n):
         out, stack = [], [(0, n, self.lang.base - 1, None)]
@@ -369,7 +377,12 @@ def split_ranges(text, byte_starts, lang, target):
     n = len(byte_starts) - 1
     if n <= 0:
         return [(0, 0)]
-    starts = line_starts(text)
+    skew = byte_starts[-1] - len(text)  # 3 for a BOM-only difference
+    if skew in (0, 3) and text.isascii():
+        # ASCII text: character offsets are the byte offsets (minus the BOM), no second scan.
+        starts = [offset - skew if offset else 0 for offset in byte_starts[:-1]]
+    else:
+        starts = line_starts(text)
     if len(starts) != n:
         raise ValueError("text and byte line counts differ")
     scan = SCANNERS[lang.mode](text, starts, lang)

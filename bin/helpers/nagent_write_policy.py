@@ -4,10 +4,10 @@ Data contract:
 - `WriteMode(kind, target, target_id)` is plain frozen data. kind "main" (the main conversation)
   may write only inside the temp roots. kind "file-edit" may also write the target file (by its
   realpath), the same file after a rename (an existing path whose "dev:inode" equals target_id and
-  whose link count is 1), and segment files of a split of the target: DIR/<name> where DIR/index.json
-  (a regular file, not a symlink) has a `source` whose realpath is the target or has the target's
-  file id, and lists `name` in `segments[].file`. A tampered index whose source is another file grants
-  nothing.
+  whose link count is 1, while the target path itself no longer exists), and segment files of a
+  split of the target: DIR/<name> where DIR/index.json (a regular file, not a symlink) has a
+  `source` whose realpath is the target or has the target's file id, and lists `name` in
+  `segments[].file`. A tampered index whose source is another file grants nothing.
 - `temp_roots(environ)` -> realpaths of /tmp, /var/tmp and $TMPDIR (only when absolute and an
   existing directory; a root that resolves to "/" is ignored), deduplicated, in that order.
 - `validate_write_path(path, mode, cwd, environ)` -> the resolved absolute path, or raises
@@ -187,7 +187,10 @@ def _authorize(final, st, mode, roots, allow_segments):
         return "main conversation may write only under " + ", ".join(roots)
     if is_target_path:
         return None
-    if st is not None and mode.target_id and _file_id(st) == mode.target_id:
+    # The file id stands for the target only once its path is gone (renamed): after our own
+    # atomic replace the old inode lives on under any other hard link, which is not the target.
+    if st is not None and mode.target_id and _file_id(st) == mode.target_id \
+            and not (mode.target and os.path.lexists(mode.target)):
         return None
     if allow_segments and _is_segment_of_target(final, mode):
         return None

@@ -1,0 +1,133 @@
+"""Provider keys never land anywhere nagent writes or prints.
+
+Every key variable is set to a unique marker value; the config names its endpoint's key only as
+"${CORP_KEY}". A scripted session runs `env`, cats the config files, reads nagent's own
+environment through /proc (what a hostile model would try), pushes that past the inline cap into
+a side file, then meets a provider error whose text echoes the key; uploads go through
+nagent-llm-upload, once fine and once failing the same way. Afterwards no file under the test's
+temp dir (HOME, TMPDIR, cwd, config), no stdout or stderr, and no request the fake model
+received contains any marker.
+"""
+import json
+import os
+import uuid
+
+from fakes import FakeVendorTestCase
+
+import nagent_conversation
+
+
+def marker(name):
+    return f"sk-MARKER-{name}-{uuid.uuid4().hex}"
+
+
+class SecretsTest(FakeVendorTestCase):
+    def setUp(self):
+        super().setUp()
+        self.markers = {
+            "OPENAI_API_KEY": marker("openai"), "ANTHROPIC_API_KEY": marker("anthropic"),
+            "GOOGLE_API_KEY": marker("google"), "GEMINI_API_KEY": marker("gemini"),
+            "CURSOR_API_KEY": marker("cursor"), "CORP_KEY": marker("corp"),
+        }
+        self.env.update(self.markers)
+        self.env.pop("GEMINI_API_KEY")   # both set makes the google SDK print a warning
+        self.markers.pop("GEMINI_API_KEY")
+        self.write_config({
+            "provider": "corp", "retry": {"base_delay": 0, "max_delay": 0, "max_attempts": 1},
+            "providers": {"corp": {"base_url": self.fake.url + "/v1", "api_key": "${CORP_KEY}",
+                                   "model": "corp-model"}}})
+        self.write_file(os.path.join(self.home, ".nagent", "config.json"),
+                        json.dumps({"providers": {"openai": {"api_key": "${OPENAI_API_KEY}"}}}))
+        self.outputs = []
+
+    def tool(self, name, *args, **kwargs):
+        proc = self.run_tool(name, *args, **kwargs)
+        self.assertNotIn("Traceback", proc.stderr)
+        self.outputs.append((f"{name} stdout", proc.stdout))
+        self.outputs.append((f"{name} stderr", proc.stderr))
+        return proc
+
+    def leaked_echo(self, vendor, value):
+        body = {"error": {"message": f"Incorrect API key provided: {value}. You can find your API "
+                                     f"key at https://example.invalid (key={value})",
+                          "type": "invalid_request_error", "param": None, "code": "invalid_api_key"}}
+        if vendor == "google":
+            body = {"error": {"code": 401, "message": f"API key not valid: {value}",
+                              "status": "UNAUTHENTICATED"}}
+        return body
+
+    def assertNoMarkers(self, exclude=()):
+        found = []
+        for root, _dirs, files in os.walk(self.tmp):
+            for name in files:
+                path = os.path.join(root, name)
+                if path in exclude or os.path.islink(path) or not os.path.isfile(path):
+                    continue
+                with open(path, "rb") as handle:
+                    data = handle.read()
+                found += [(path, var) for var, value in self.markers.items() if value.encode() in data]
+        for label, text in self.outputs:
+            found += [(label, var) for var, value in self.markers.items() if value in text]
+        for record in self.fake.requests:
+            raw = json.dumps({k: record.get(k) for k in ("path", "query", "json", "form")}, default=str)
+            raw += (record.get("body") or b"").decode("utf-8", "replace") if isinstance(
+                record.get("body"), bytes) else str(record.get("body") or "")
+            found += [(f"request {record['path']}", var) for var, value in self.markers.items()
+                      if value in raw]
+        self.assertEqual(found, [])
+
+    def test_markers_appear_nowhere(self):
+        self.fake.reply("\n".join([
+            "<nagent-shell>\nenv\n</nagent-shell>",
+            '<nagent-shell>\ncat "$NAGENT_CONFIG" ~/.nagent/config.json\n</nagent-shell>',
+            f'<nagent-read path="{self.home}/.nagent/config.json"/>',
+            "<nagent-shell>\ntr '\\0' '\\n' < /proc/$PPID/environ\n</nagent-shell>",
+            # Over the inline cap: the whole stream goes to a side file.
+            "<nagent-shell>\nfor i in $(seq 400); do tr '\\0' '\\n' < /proc/$PPID/environ; done\n"
+            "</nagent-shell>",
+            "<nagent-shell>\nfor i in $(seq 400); do tr '\\0' '\\n' < /proc/$PPID/environ; done >&2\n"
+            "</nagent-shell>",
+        ]))
+        self.fake.fault(401, body=self.leaked_echo("openai", self.markers["CORP_KEY"]))
+        proc = self.tool("nagent", "--json", "--conversation", "secrets", "look around")
+        self.assertEqual(proc.returncode, 5, proc.stderr)
+        data = json.loads(proc.stdout)
+        self.assertIn("401", json.dumps(data["error"]))
+        # The session really did see the environment (redacted) and wrote side files.
+        path = os.path.join(self.home, ".nagent", "conversations", "secrets")
+        results = [r.body for r in nagent_conversation.read_records(path) if r.kind == "result"]
+        self.assertEqual(len(results), 6)
+        self.assertIn("[redacted]", results[3])
+        self.assertTrue(any("full output in" in body for body in results))
+        self.assertIn(self.markers["CORP_KEY"], self.fake.seen_keys)
+
+        # A failing call without --json: the error line goes to stderr.
+        self.fake.fault(401, body=self.leaked_echo("openai", self.markers["CORP_KEY"]))
+        proc = self.tool("nagent", "--conversation", "secrets", "again")
+        self.assertCleanError(proc, code=5)
+
+        # Uploads: one fine (JSON on stdout), one whose 401 echoes the key.
+        upload = self.write_file("notes.txt", "plain notes\n")
+        self.fake.reply("summary of the notes", vendor="google")
+        proc = self.tool("nagent-llm-upload", "--provider", "google", "--file", upload,
+                         "--prompt", "summarise", "--json")
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.fake.fault(401, vendor="google", body=self.leaked_echo("google", self.markers["GOOGLE_API_KEY"]),
+                        path="/upload")
+        proc = self.tool("nagent-llm-upload", "--provider", "google", "--file", upload,
+                         "--prompt", "summarise")
+        self.assertNotEqual(proc.returncode, 0)
+        self.assertNoMarkers()
+
+    def test_literal_key_in_config_is_redacted_too(self):
+        literal = marker("literal")
+        self.markers["literal"] = literal
+        self.write_config({
+            "provider": "corp", "retry": {"base_delay": 0, "max_delay": 0, "max_attempts": 1},
+            "providers": {"corp": {"base_url": self.fake.url + "/v1", "api_key": literal,
+                                   "model": "corp-model"}}})
+        self.fake.reply('<nagent-shell>\ncat "$NAGENT_CONFIG"\n</nagent-shell>')
+        self.fake.fault(401, body=self.leaked_echo("openai", literal))
+        proc = self.tool("nagent", "--conversation", "literal", "show the config")
+        self.assertCleanError(proc, code=5)
+        self.assertNoMarkers(exclude={self.config_path})   # the user put it there
