@@ -7,7 +7,7 @@ import re
 from base import HermeticTestCase
 from nagent_conversation import ConversationWriter, conversation_lock, parse_records
 from nagent_conversation_edit import decode_copy, encode_copy
-from test_file_edit import PID, FileEditCase, last_block, write_reply
+from test_file_edit import PID, FileEditCase, last_block, split_facts, write_reply
 
 COPY_RE = re.compile(r"Edit the nagent conversation file (\S+) as instructed")
 SHELL_RESULT_RE = re.compile(r'<nagent-record seq="\d+" kind="result" [^\n]*action="shell"[^\n]*>\n.*?\n'
@@ -166,8 +166,7 @@ class EditConversationTests(FileEditCase):
         state = {}
 
         def start(text):
-            state["index"] = re.search(r"^- split index: (.+)$", text, re.M).group(1)
-            segments = re.findall(r"^  - (/\S+)$", text.split("- split segments:", 1)[1], re.M)
+            state["index"], segments = split_facts(text)
             state["segment"] = segments[-1]
             return f'<nagent-read path="{segments[-1]}"/>'
 

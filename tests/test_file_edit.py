@@ -8,7 +8,6 @@ file-edit write boundary is exercised for real rather than granted by "/tmp is w
 Also home of the scripted-model harness (Script, request_text, last_block, FileEditCase) that
 test_edit_conversation imports.
 """
-import atexit
 import importlib.machinery
 import importlib.util
 import io
@@ -56,6 +55,13 @@ def last_block(text, tag):
     head_end = text.index(">\n", start)
     end = text.index(f"</{tag}>", head_end)
     return text[start:head_end + 1], text[head_end + 2:end]
+
+
+def split_facts(text):
+    """(index path, [segment paths]) from a file-edit initial context that started from a split."""
+    index = re.search(r"^- split index: (.+)$", text, re.M).group(1)
+    listing = text.split("- split segments:", 1)[1]
+    return index, re.findall(r"^  - (/\S+)(?: \(lines [^)]*\))?$", listing, re.M)
 
 
 def write_reply(path, content):
@@ -113,17 +119,21 @@ def outside_temp_dir():
     raise unittest.SkipTest("no writable directory outside the temp roots")
 
 
-def warm_tool_cache():
-    """Tool descriptions discovered once per process; each test's HOME gets a copy (saves the
-    per-test `--description` subprocesses)."""
-    if "path" not in _WARM_CACHE:
-        from nagent_discovery import default_bin_dirs, discover_tools
-        folder = tempfile.mkdtemp(prefix="nagent-test-tools-")
-        atexit.register(shutil.rmtree, folder, True)
-        path = os.path.join(folder, "tool-descriptions.json")
-        discover_tools(default_bin_dirs({"HOME": folder}), path)
-        _WARM_CACHE["path"] = path
-    return _WARM_CACHE["path"]
+def warm_tool_cache(home):
+    """Tool descriptions are discovered once per process and their cache file is copied into every
+    later test's HOME: that saves each test the `--description` subprocesses."""
+    from nagent_discovery import default_bin_dirs, default_cache_path, discover_tools
+    env = {"HOME": home}
+    path = default_cache_path(env)
+    if "data" in _WARM_CACHE:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as handle:
+            handle.write(_WARM_CACHE["data"])
+        return
+    discover_tools(default_bin_dirs(env), path)
+    if os.path.exists(path):
+        with open(path, "rb") as handle:
+            _WARM_CACHE["data"] = handle.read()
 
 
 class FileEditCase(FakeVendorTestCase):
@@ -134,10 +144,7 @@ class FileEditCase(FakeVendorTestCase):
         self.addCleanup(shutil.rmtree, project, True)
         self.cwd = project
         os.chdir(project)
-        cache = os.path.join(self.home, ".nagent", "cache")
-        os.makedirs(cache)
-        if os.path.exists(warm_tool_cache()):
-            shutil.copy(warm_tool_cache(), cache)
+        warm_tool_cache(self.home)
 
     def script(self, *steps):
         script = Script(*steps)
@@ -241,7 +248,8 @@ class EditSessionTests(FileEditCase):
         hardlink = os.path.join(self.cwd, "hard.py")  # a second name for b.py
         os.link(other, hardlink)
         scratch = os.path.join(self.tmpdir, "scratch.txt")
-        attempts = [other, "../work/b.py", "c.py", alias, hardlink, os.path.join(self.cwd, "sub", "d.py")]
+        attempts = [other, f"../{os.path.basename(self.cwd)}/b.py", "c.py", "A.PY", alias, hardlink,
+                    os.path.join(self.cwd, "sub", "d.py")]
 
         def check(text):
             blocks = re.findall(r'<nagent-write-result path="([^"]*)" status="(\w+)">\n(.*?)\n'
@@ -260,8 +268,7 @@ class EditSessionTests(FileEditCase):
         for path, content in ((target, "A = 1\n"), (other, "B = 1\n")):
             with open(path, encoding="utf-8") as handle:
                 self.assertEqual(handle.read(), content)
-        self.assertFalse(os.path.exists(os.path.join(self.cwd, "c.py")))
-        self.assertFalse(os.path.exists(os.path.join(self.cwd, "sub")))
+        self.assertEqual(sorted(os.listdir(self.cwd)), ["a.py", "b.py", "hard.py"])
         self.assertTrue(os.path.islink(alias))
         with open(scratch, encoding="utf-8") as handle:
             self.assertEqual(handle.read(), "notes\n")
@@ -274,8 +281,7 @@ class EditSessionTests(FileEditCase):
         state = {}
 
         def start(text):
-            state["index"] = re.search(r"^- split index: (.+)$", text, re.M).group(1)
-            segments = re.findall(r"^  - (/\S+)$", text.split("- split segments:", 1)[1], re.M)
+            state["index"], segments = split_facts(text)
             self.assertGreater(len(segments), 1)
             state["segment"] = segments[0]
             return f'<nagent-read path="{segments[0]}"/>'

@@ -12,9 +12,11 @@ import json
 import os
 import uuid
 
+from base import HermeticTestCase
 from fakes import FakeVendorTestCase
 
 import nagent_conversation
+import nagent_shell
 
 
 def marker(name):
@@ -83,9 +85,9 @@ class SecretsTest(FakeVendorTestCase):
             f'<nagent-read path="{self.home}/.nagent/config.json"/>',
             "<nagent-shell>\ntr '\\0' '\\n' < /proc/$PPID/environ\n</nagent-shell>",
             # Over the inline cap: the whole stream goes to a side file.
-            "<nagent-shell>\nfor i in $(seq 400); do tr '\\0' '\\n' < /proc/$PPID/environ; done\n"
+            "<nagent-shell>\nfor i in $(seq 100); do tr '\\0' '\\n' < /proc/$PPID/environ; done\n"
             "</nagent-shell>",
-            "<nagent-shell>\nfor i in $(seq 400); do tr '\\0' '\\n' < /proc/$PPID/environ; done >&2\n"
+            "<nagent-shell>\nfor i in $(seq 100); do tr '\\0' '\\n' < /proc/$PPID/environ; done >&2\n"
             "</nagent-shell>",
         ]))
         self.fake.fault(401, body=self.leaked_echo("openai", self.markers["CORP_KEY"]))
@@ -112,8 +114,7 @@ class SecretsTest(FakeVendorTestCase):
         proc = self.tool("nagent-llm-upload", "--provider", "google", "--file", upload,
                          "--prompt", "summarise", "--json")
         self.assertEqual(proc.returncode, 0, proc.stderr)
-        self.fake.fault(401, vendor="google", body=self.leaked_echo("google", self.markers["GOOGLE_API_KEY"]),
-                        path="/upload")
+        self.fake.fault(401, vendor="google", body=self.leaked_echo("google", self.markers["GOOGLE_API_KEY"]))
         proc = self.tool("nagent-llm-upload", "--provider", "google", "--file", upload,
                          "--prompt", "summarise")
         self.assertNotEqual(proc.returncode, 0)
@@ -131,3 +132,26 @@ class SecretsTest(FakeVendorTestCase):
         proc = self.tool("nagent", "--conversation", "literal", "show the config")
         self.assertCleanError(proc, code=5)
         self.assertNoMarkers(exclude={self.config_path})   # the user put it there
+
+
+class StreamRedactionTest(HermeticTestCase):
+    """The side-file redaction streams in chunks: a key split across two chunks is still caught."""
+
+    def test_secret_across_chunk_boundaries(self):
+        secret = marker("chunked")
+        for offset in range(0, 40, 3):
+            with self.subTest(offset=offset):
+                path = os.path.join(self.tmp, f"stream-{offset}")
+                data = b"x" * offset + secret.encode() + b"\n" + b"y" * 50 + secret.encode()
+                with open(path, "wb") as handle:
+                    handle.write(data)
+                nagent_shell._redact_file(path, (secret, "unused-secret"), chunk_size=16)
+                with open(path, "rb") as handle:
+                    self.assertEqual(handle.read(), data.replace(secret.encode(), b"[redacted]"))
+        clean = os.path.join(self.tmp, "clean")
+        with open(clean, "wb") as handle:
+            handle.write(b"nothing to hide\n")
+        before = os.stat(clean).st_ino
+        nagent_shell._redact_file(clean, (secret,), chunk_size=4)
+        self.assertEqual(os.stat(clean).st_ino, before)   # untouched when nothing matched
+        self.assertEqual(sorted(os.listdir(self.tmp)).count("clean.redacted"), 0)

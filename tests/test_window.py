@@ -329,7 +329,9 @@ class WindowLoopTest(InProcessCase):
         for number, window_path in enumerate(chain, start=1):
             records = read_records(window_path)
             self.assertEqual(win.current_window(records), number)
-            self.assertLess(os.path.getsize(window_path), limit + 6000)  # one turn past the limit
+            # Checked before each call: a window ends at most one turn (a ~4.6 KB result, the
+            # reply, stats records of that call and of a checkpoint call) past the limit.
+            self.assertLess(os.path.getsize(window_path), limit + 9000)
             if number > 1:
                 meta = [json.loads(r.body) for r in records if r.kind == "meta" and "window" in r.body]
                 self.assertEqual(meta, [{"window": number, "previous_window": chain[number - 2]}])
@@ -357,12 +359,10 @@ class WindowLoopTest(InProcessCase):
         self.assertTrue(tail)
         for source, carried in zip(sent[-len(tail):], tail):
             self.assertEqual(source.kind, carried.kind)
-            if carried.attr("moved"):
+            if carried.body != source.body:  # moved by this rebuild (a pointer is carried as is)
                 with open(carried.attr("moved"), "rb") as handle:
                     self.assertEqual(handle.read(), source.body.encode("utf-8"))
                 self.assertIn(f"{len(source.body.encode())} bytes", carried.body)
-            else:
-                self.assertEqual(carried.body, source.body)
         contexts = [r.body for r in old if r.kind == "context"]
         self.assertEqual([r.body for r in new if r.kind == "context"], contexts)
 

@@ -40,6 +40,7 @@ class ActionContext:
     nagent_bin: str = ""
     extra_args: tuple = field(default=())
     secret_names: tuple = ()     # variables holding keys the config refers to: kept from shells
+    secrets: tuple = ()          # key values: blanked in shell output, side files included
 
 
 @dataclass(frozen=True)
@@ -254,7 +255,7 @@ def execute_shell(action, ctx):
     from nagent_shell import format_shell_result, run_shell
     try:
         outcome = run_shell(action.body, ctx.cwd, ctx.shell_policy, ctx.side_dir, ctx.environ,
-                            secret_names=ctx.secret_names)
+                            secret_names=ctx.secret_names, secrets=ctx.secrets)
     except NagentError as error:
         return error_block("nagent-shell-result", error_text(error))
     return ActionOutcome(result_block("nagent-shell-result", format_shell_result(outcome)),

@@ -8,7 +8,7 @@ text followed by stdin when the last word is "-"; no prompt → UsageError.
 import os
 import sys
 
-from nagent_cli import emit_json, report_error
+from nagent_cli import emit_json, redact, report_error
 from nagent_errors import InputError, NagentError, UsageError
 
 
@@ -49,16 +49,32 @@ def run_prompt(options):
     if options.get("invocation") == "delegated":
         source = "delegated"
     session = build_session(options, dict(os.environ), current_cwd())
+    if session.file_edit and session.file_edit.get("warning"):
+        sys.stderr.write(f"warning: {session.file_edit['warning']}\n")
     outcome = run_agent_loop(session, prompt, source)
+    # Keys the config names (e.g. "${CORP_KEY}") are not in the environment's *_API_KEY set
+    # that report_error knows: blank the session's own list in everything printed.
+    data = redacted(outcome.as_dict(), session.secrets)
     if options.get("json"):
-        emit_json(outcome.as_dict())
-    elif outcome.response is not None:
-        text = outcome.response
+        emit_json(data)
+    elif data["response"] is not None:
+        text = data["response"]
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
-    if outcome.error:  # on stderr in --json mode too: stdout stays one JSON document
-        report_error(NagentError(outcome.error.get("error", "run failed"),
-                                 outcome.error.get("value", ""), outcome.error.get("fix", "")))
+    if data["error"]:  # on stderr in --json mode too: stdout stays one JSON document
+        report_error(NagentError(data["error"].get("error", "run failed"),
+                                 data["error"].get("value", ""), data["error"].get("fix", "")))
     return outcome.exit_code
+
+
+def redacted(value, secrets):
+    """`value` (JSON-shaped data) with every secret blanked in every string."""
+    if isinstance(value, str):
+        return redact(value, secrets)
+    if isinstance(value, dict):
+        return {key: redacted(item, secrets) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [redacted(item, secrets) for item in value]
+    return value
 
 
 def run_lifecycle(chosen, options):

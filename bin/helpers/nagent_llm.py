@@ -210,6 +210,20 @@ def make_client(settings):
     return load_adapter(settings).make_client(settings, api_key_for(settings))
 
 
+def without_key(problem, settings):
+    """`problem` with the key it was sent with blanked: 401 texts may echo it (OpenAI's do)."""
+    try:
+        key = api_key_for(settings)
+    except SetupError:
+        return problem
+    if isinstance(key, str) and len(key) >= 6:
+        for name in ("what", "value", "fix"):
+            text = getattr(problem, name, None)
+            if isinstance(text, str) and key in text:
+                setattr(problem, name, text.replace(key, "[redacted]"))
+    return problem
+
+
 def generate(request, settings, sleep=time.sleep, on_retry=None, client=None):
     """Send `request` with the provider in `settings`; retry per the one policy. `client`
     (from make_client with the same settings) is reused when given."""
@@ -229,6 +243,7 @@ def generate(request, settings, sleep=time.sleep, on_retry=None, client=None):
             problem = adapter.classify(error, settings)
             if problem is None:
                 raise
+            problem = without_key(problem, settings)
             if not problem.retryable or attempts >= settings.max_attempts:
                 if attempts > 1:
                     problem.value = f"{problem.value} (after {attempts} attempts)"
@@ -281,6 +296,7 @@ def list_models(settings):
                                                                               SetupError)) else error
         if problem is None:
             raise
+        problem = without_key(problem, settings)
         if not settings.provider.models or getattr(problem, "status", None) in (401, 403):
             raise problem from None
         names, source = list(settings.provider.models), "table"

@@ -17,7 +17,7 @@ from typing import Callable
 
 from nagent_cli import secret_values
 from nagent_config import expand_env_reference, resolve_settings
-from nagent_errors import ConfigError
+from nagent_errors import ConfigError, SetupError
 from nagent_write_policy import WriteMode
 
 SPLIT_INLINE_LIMIT = 64 * 1024
@@ -85,6 +85,15 @@ def shell_policy(config, options, cwd):
     )
     check_policy(policy)
     return policy
+
+
+def require_sandbox(policy, environ):
+    """A bwrap sandbox that cannot start stops the run before any model call (exit 4), rather
+    than failing every shell action later."""
+    import shutil
+    if policy.sandbox == "bwrap" and not shutil.which("bwrap", path=environ.get("PATH", os.defpath)):
+        raise SetupError("bwrap not found", "shell_sandbox is bwrap",
+                         "install bubblewrap (apt-get install bubblewrap) or use --shell-sandbox none")
 
 
 def config_secrets(config, environ):
@@ -158,14 +167,17 @@ def build_session(options, environ, cwd):
     path, mode, record, pid = resolve_conversation(options, environ)
     side_dir = lifecycle.side_dir(path)
     depth = int(options.get("depth") or 0)
+    secrets = tuple(sorted(set(secret_values(environ)) | set(config_secrets(config, environ)),
+                           key=len, reverse=True))
     action_context = ActionContext(
         cwd=cwd, environ=shell_environ(environ), write_mode=mode, conversation=path, side_dir=side_dir,
         shell_policy=shell_policy(config, options, cwd), settings=settings, pid=pid, depth=depth,
         max_depth=int(_int_setting(config, "max_agent_depth", 3)),
         agent_timeout=float(_int_setting(config, "agent_timeout", 1800.0, 1)),
-        secret_names=secret_names(config),
+        secret_names=secret_names(config), secrets=secrets,
         nagent_bin=os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(__file__))), "nagent"),
     )
+    require_sandbox(action_context.shell_policy, action_context.environ)
 
     def initial_context():
         import nagent_context
@@ -178,8 +190,6 @@ def build_session(options, environ, cwd):
         meta["parent_conversation"] = options["parent_conversation"]
     if record:
         meta["file_edit"] = {"file_id": record["file_id"], "path": record["path"]}
-    secrets = tuple(sorted(set(secret_values(environ)) | set(config_secrets(config, environ)),
-                           key=len, reverse=True))
     return Session(
         path=path, settings=settings, limits=loop_limits(config, options), write_mode=mode,
         action_context=action_context, initial_context=initial_context, meta=meta,

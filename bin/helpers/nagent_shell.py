@@ -4,8 +4,10 @@ Data contract:
 - `ShellPolicy` (frozen) says how to run: timeout seconds, per-stream inline byte cap
   (shown as head + tail halves), approval (auto | confirm | deny), sandbox (none | bwrap),
   whether the sandbox may use the network, and extra writable dirs for the sandbox.
-- `run_shell(command, cwd, policy, side_dir, environ=None, confirm=None, secret_names=())`
-  -> ShellOutcome; `secret_names` are extra variables to drop (e.g. ones a config's
+- `run_shell(command, cwd, policy, side_dir, environ=None, confirm=None, secret_names=(),
+  secrets=())` -> ShellOutcome; every value in `secrets` is replaced by "[redacted]" in both
+  streams before anything is kept (side files included); `secret_names` are extra variables to
+  drop (e.g. ones a config's
   api_key refers to).
   The command text is written to a 0600 script file in `side_dir` and run as
   `/bin/bash FILE` (or /bin/sh) in its own session, stdin closed, with `scrubbed_env()`.
@@ -231,8 +233,36 @@ def _side_names(side_dir):
         n += 1
 
 
-def _collect(tmp_path, cap, final_path):
+def _redact_file(path, secrets, chunk_size=1 << 20):
+    """Rewrite `path` with every secret blanked; streamed, holding back a tail that may be
+    the start of a secret split across two chunks."""
+    needles = sorted({s.encode("utf-8", "surrogateescape") for s in secrets if s}, key=len, reverse=True)
+    if not needles or os.path.getsize(path) == 0:
+        return
+    keep = len(needles[0]) - 1
+    found = False
+    with open(path, "rb") as source, open(path + ".redacted", "wb") as target:
+        pending = b""
+        while True:
+            chunk = source.read(chunk_size)
+            data = pending + chunk
+            for needle in needles:
+                if needle in data:
+                    data, found = data.replace(needle, b"[redacted]"), True
+            cut = len(data) if not chunk else max(0, len(data) - keep)
+            target.write(data[:cut])
+            pending = data[cut:]
+            if not chunk:
+                break
+    if found:
+        os.replace(path + ".redacted", path)
+    else:
+        os.unlink(path + ".redacted")
+
+
+def _collect(tmp_path, cap, final_path, secrets=()):
     """(text, byte count, side file or None) for one stream captured in `tmp_path`."""
+    _redact_file(tmp_path, secrets)
     with open(tmp_path, "rb") as handle:
         size = os.fstat(handle.fileno()).st_size
         if size <= cap:
@@ -271,7 +301,8 @@ def _write_script(side_dir, command):
     return path
 
 
-def run_shell(command, cwd, policy, side_dir, environ=None, confirm=None, secret_names=()):
+def run_shell(command, cwd, policy, side_dir, environ=None, confirm=None, secret_names=(),
+              secrets=()):
     check_policy(policy)
     environ = dict(os.environ if environ is None else environ)
     cwd = os.path.abspath(cwd)
@@ -306,8 +337,8 @@ def run_shell(command, cwd, policy, side_dir, environ=None, confirm=None, secret
             _end_group(proc)
         seconds = time.monotonic() - started
         out_final, err_final = _side_names(side_dir)
-        out_text, out_size, out_file = _collect(paths[0], policy.output_cap, out_final)
-        err_text, err_size, err_file = _collect(paths[1], policy.output_cap, err_final)
+        out_text, out_size, out_file = _collect(paths[0], policy.output_cap, out_final, secrets)
+        err_text, err_size, err_file = _collect(paths[1], policy.output_cap, err_final, secrets)
     finally:
         for path in (*paths, script):
             _quiet(os.unlink, path)

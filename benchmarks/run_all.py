@@ -1,0 +1,276 @@
+"""Run every benchmark of the project and print one summary table (figure, value, target, verdict).
+
+Runs benchmarks/startup.py, turns.py, split_patch.py, parser.py and long_run.py through their
+main() (a missing or failing one is reported and skipped), then its own measurement: `nagent
+--status` on a 50 MB conversation (generated with nagent_conversation.encode_record into a temp
+HOME; median of 5 runs). Each benchmark's own output is printed first, the table last as
+Markdown, under a line naming the machine it ran on. Prints figures; asserts nothing.
+
+Run: python3 benchmarks/run_all.py [--quick] [--only NAME ...]
+--quick uses smaller inputs and fewer runs (a smoke run; its figures are not the README's).
+"""
+import argparse
+import contextlib
+import importlib.util
+import io
+import json
+import os
+import platform
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+BENCH = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(BENCH)
+sys.path.insert(0, os.path.join(REPO, "tests"))
+sys.path.insert(0, os.path.join(REPO, "bin", "helpers"))
+
+from base import clean_environ  # noqa: E402
+
+STARTUP_TARGET = 3.0        # no-model command ≤ 3× python3 -c pass
+TURN_TARGET_MS = 30.0
+PREFIX_TARGET = 0.95
+STATUS_TARGET_MS = 150.0
+SPLIT_PATCH_TARGET_S = 1.0  # per step, the 100,000-line Python file
+STATUS_MB = 50
+
+
+class Table:
+    def __init__(self):
+        self.rows = []
+
+    def add(self, figure, value, target="", ok=None):
+        verdict = "" if ok is None else ("pass" if ok else "FAIL")
+        self.rows.append((figure, value, target, verdict))
+
+    def markdown(self):
+        lines = ["| figure | value | target | result |", "|---|---|---|---|"]
+        lines += [f"| {figure} | {value} | {target} | {verdict} |"
+                  for figure, value, target, verdict in self.rows]
+        return "\n".join(lines)
+
+
+def machine():
+    cpu = platform.processor() or "unknown CPU"
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            names = [line.split(":", 1)[1].strip() for line in handle if line.startswith("model name")]
+        cpu = names[0] if names else cpu
+    except OSError:
+        pass
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    return (f"{platform.system()} {platform.release()}, {cpu}, {os.cpu_count()} cores, "
+            f"Python {platform.python_version()}, load {load:.1f} at start")
+
+
+def load_module(name):
+    path = os.path.join(BENCH, f"{name}.py")
+    if not os.path.exists(path):
+        return None
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def call_main(module, argv):
+    """(return value, captured stdout) of module.main, whether it takes argv or reads sys.argv."""
+    saved = sys.argv
+    sys.argv = [module.__file__, *argv]
+    buffer = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(buffer):
+            try:
+                value = module.main(argv)
+            except TypeError as error:
+                if "positional argument" not in str(error):
+                    raise
+                value = module.main()
+    finally:
+        sys.argv = saved
+    return value, buffer.getvalue()
+
+
+# -- per-benchmark summaries -----------------------------------------------------------------
+
+def summarize_startup(rows, _text, table):
+    baseline = next(row for row in rows if row["command"] == "python3 -c pass")
+    table.add("`python3 -c pass`", f"{baseline['median_ms']:.0f} ms", "baseline")
+    for row in rows[1:]:
+        if "--file" in row["command"]:   # the one command that calls a model
+            table.add(f"`{row['command']}` (model call, fake)", f"{row['median_ms']:.0f} ms")
+            continue
+        table.add(f"start-up `{row['command']}`", f"{row['ratio']:.2f}× ({row['median_ms']:.0f} ms)",
+                  f"≤ {STARTUP_TARGET:g}×", row["ratio"] <= STARTUP_TARGET)
+
+
+def summarize_turns(rows, _text, table):
+    for row in rows:
+        table.add(f"per-turn overhead ({row['provider']}, {row['turns']} turns)",
+                  f"{row['turn_median_ms']:.1f} ms median, {row['turn_max_ms']:.0f} ms max",
+                  f"≤ {TURN_TARGET_MS:g} ms", row["turn_median_ms"] <= TURN_TARGET_MS)
+        table.add(f"request prefix stability ({row['provider']})",
+                  f"{row['prefix_min']:.1%} min, {row['prefix_mean']:.1%} mean",
+                  f"≥ {PREFIX_TARGET:.0%}", row["prefix_min"] >= PREFIX_TARGET)
+
+
+def summarize_split_patch(_value, text, table):
+    label = None
+    for line in text.splitlines():
+        head = re.match(r"(\w+): ([\d,]+) bytes, ([\d,]+) lines", line)
+        if head:
+            label = (head.group(1), head.group(2), head.group(3))
+            continue
+        step = re.match(r"\s+(split|patch)\s+([\d.]+) s\s+([\d.]+) MB/s", line)
+        if step and label:
+            seconds = float(step.group(2))
+            python = label[0] == "python"
+            table.add(f"{step.group(1)} {label[0]} file ({label[2]} lines, {label[1]} bytes)",
+                      f"{seconds:.3f} s ({step.group(3)} MB/s)",
+                      f"≤ {SPLIT_PATCH_TARGET_S:g} s" if python else "",
+                      seconds <= SPLIT_PATCH_TARGET_S if python else None)
+
+
+def summarize_parser(_value, text, table):
+    fuzz = re.search(r"fuzz: (\d+) cases .* = ([\d,]+) cases/s", text)
+    if fuzz:
+        table.add(f"parser: fuzz replies ({fuzz.group(1)} cases)", f"{fuzz.group(2)} cases/s")
+    sizes = {}
+    for match in re.finditer(r"^\s*([\d.]+) MB (.+?)\s+([\d.]+) ms\s+([\d.]+) MB/s", text, re.M):
+        sizes.setdefault(match.group(1), []).append((float(match.group(4)), match.group(2).strip()))
+    for size, shapes in sizes.items():
+        slowest = min(shapes)
+        table.add(f"parser: {size} MB replies, slowest shape ({slowest[1]})", f"{slowest[0]:.0f} MB/s")
+
+
+def summarize_long_run(rows, _text, table):
+    for row in rows or []:
+        name = row.get("run") or row.get("name") or row.get("mode") or "?"
+        shown = {key: value for key, value in row.items() if key not in ("run", "name", "mode")}
+        parts = [f"{key} {value}" for key, value in shown.items()
+                 if key in ("calls", "input_tokens", "uncached_input", "cache_read_share", "cost_usd",
+                            "rebuilds", "checkpoints")]
+        table.add(f"long run: {name}", ", ".join(parts) or json.dumps(shown)[:120])
+
+
+BENCHMARKS = (  # name, full argv, --quick argv, summary
+    ("startup", [], ["--runs", "3"], summarize_startup),
+    ("turns", [], ["openai"], summarize_turns),
+    ("split_patch", [], ["--python-lines", "20000", "--text-mb", "2"], summarize_split_patch),
+    ("parser", [], ["--cases", "5000"], summarize_parser),
+    ("long_run", [], ["--turns", "12", "--runs", "2"], summarize_long_run),
+)
+
+
+# -- --status on a big conversation ----------------------------------------------------------
+
+def make_conversation(path, megabytes):
+    """A realistic-looking conversation of about `megabytes` MB: turns of reply, shell result,
+    file read result and stats, written with the real record encoder."""
+    from nagent_conversation import encode_record
+    stamp = "2026-11-22T00:00:00Z"
+    seq, size, turn = 0, 0, 0
+    listing = "".join(f"-rw-r--r-- 1 user user {n * 37:6d} Nov 22 00:00 file_{n:04d}.py\n" for n in range(60))
+    source = "".join(f"def handler_{n}(request):\n    return respond(request, code={n})\n\n" for n in range(120))
+    with open(path, "wb") as handle:
+        def put(kind, body, attrs=None):
+            nonlocal seq, size
+            seq += 1
+            data = encode_record(seq, kind, body, attrs, time=stamp)
+            handle.write(data)
+            size += len(data)
+        put("context", "<initial_context>\n" + "static facts\n" * 200, {"part": "static"})
+        put("context", "session facts\n</initial_context>", {"part": "session"})
+        put("prompt", "audit the handlers", {"source": "argv"})
+        while size < megabytes * 1_000_000:
+            turn += 1
+            put("reply", f"<nagent-shell>ls -l src/part{turn}</nagent-shell>\n"
+                         f'<nagent-read path="src/part{turn}/handlers.py"/>',
+                {"provider": "openai", "model": "gpt-5.5", "valid": "true", "finish": "stop"})
+            put("result", f"<nagent-shell-result>\nexit_code: 0\nstdout:\n{listing}stderr:\n"
+                          "</nagent-shell-result>", {"action": "shell"})
+            put("result", f'<nagent-read-result path="src/part{turn}/handlers.py">\n{source}'
+                          "</nagent-read-result>", {"action": "read"})
+            totals = {"turns": turn, "input_tokens": turn * 9000, "output_tokens": turn * 300,
+                      "cache_read_tokens": turn * 8000, "cache_write_tokens": 1000}
+            put("stats", json.dumps({"conversation": totals, "run": totals, "windows": []}, sort_keys=True))
+    return size, seq
+
+
+def measure_status(table, runs=5, megabytes=STATUS_MB):
+    root = tempfile.mkdtemp(prefix="nagent-bench-status-")
+    try:
+        home = os.path.join(root, "home")
+        conversations = os.path.join(home, ".nagent", "conversations")
+        os.makedirs(conversations)
+        started = time.perf_counter()
+        size, records = make_conversation(os.path.join(conversations, "big"), megabytes)
+        made = time.perf_counter() - started
+        env = clean_environ()
+        env.update(HOME=home, NAGENT_CONFIG=os.path.join(root, "none.json"), NAGENT_NO_SPINNER="1",
+                   TMPDIR=root)
+        argv = [sys.executable, os.path.join(REPO, "bin", "nagent"), "--status", "--conversation", "big"]
+        times = []
+        for _ in range(runs + 1):   # the first run warms the page cache and is not counted
+            begin = time.perf_counter()
+            proc = subprocess.run(argv, env=env, cwd=root, capture_output=True, text=True, timeout=120)
+            times.append((time.perf_counter() - begin) * 1000)
+            if proc.returncode != 0:
+                raise RuntimeError(f"--status failed: {proc.stderr.strip()[-300:]}")
+        median = statistics.median(times[1:])
+        print(f"status: {size / 1e6:.1f} MB, {records} records (generated in {made:.1f} s); "
+              f"--status median of {runs}: {median:.0f} ms; last output:\n{proc.stdout}")
+        table.add(f"`nagent --status` on a {size / 1e6:.0f} MB conversation", f"{median:.0f} ms",
+                  f"≤ {STATUS_TARGET_MS:g} ms", median <= STATUS_TARGET_MS)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="smaller inputs, fewer runs")
+    parser.add_argument("--only", nargs="+", metavar="NAME",
+                        help="run only these (startup turns split_patch parser long_run status)")
+    args = parser.parse_args(argv)
+    wanted = set(args.only or [name for name, *_ in BENCHMARKS] + ["status"])
+    header = machine()
+    print(f"machine: {header}\n")
+    table = Table()
+    for name, full, quick, summarize in BENCHMARKS:
+        if name not in wanted:
+            continue
+        module = load_module(name)
+        if module is None:
+            print(f"== {name}: benchmarks/{name}.py not found, skipped\n")
+            table.add(f"{name}", "not run (benchmark missing)")
+            continue
+        print(f"== {name}")
+        started = time.perf_counter()
+        try:
+            value, text = call_main(module, quick if args.quick else full)
+        except Exception as error:  # noqa: BLE001 - one broken benchmark must not hide the others
+            print(f"{name} failed: {type(error).__name__}: {error}\n")
+            table.add(f"{name}", f"failed: {type(error).__name__}: {str(error)[:80]}", "", False)
+            continue
+        print(text.rstrip() + f"\n({time.perf_counter() - started:.1f} s)\n")
+        try:
+            summarize(value, text, table)
+        except (KeyError, TypeError, ValueError, StopIteration) as error:
+            table.add(f"{name}", f"output not understood ({type(error).__name__}); see above")
+    if "status" in wanted:
+        print("== status")
+        try:
+            measure_status(table, runs=3 if args.quick else 5, megabytes=5 if args.quick else STATUS_MB)
+        except (OSError, RuntimeError, subprocess.SubprocessError) as error:
+            table.add("`nagent --status` on a 50 MB conversation", f"failed: {error}", "", False)
+    print(f"\nSummary ({'quick run' if args.quick else 'full run'}) — {header}\n")
+    print(table.markdown())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

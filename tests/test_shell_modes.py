@@ -1,0 +1,187 @@
+"""Shell approval and sandbox end to end: bin/nagent flags and config against a scripted model.
+
+- approval: `--shell-approval deny` beats the config; `shell_approval: confirm` (top-level key)
+  with no terminal refuses; `shell.approval: confirm` on a real terminal (a pty made the child's
+  controlling terminal) runs the command answered "y" and refuses the one answered "n".
+- sandbox: `--shell-sandbox bwrap` lets commands write the project and temp dirs but not HOME or
+  ~/.nagent, with the network off; `shell_sandbox: bwrap` + `shell.network: true` turns it on.
+- missing bwrap: decided up front. A run whose sandbox is bwrap and that finds no `bwrap` on PATH
+  stops before any model call with one `Error:` line and exit 4, leaving no conversation. (Should
+  bwrap vanish in the middle of a run, that shell action gets an error result saying
+  "bwrap not found"; tests/test_shell.py covers that at the library level.)
+"""
+import json
+import os
+import pty
+import re
+import select
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+from base import BIN
+from fakes import FakeVendorTestCase
+
+import nagent_conversation
+import nagent_shell
+
+HAVE_BWRAP = shutil.which("bwrap") is not None
+RETRY = {"base_delay": 0, "max_delay": 0}
+
+
+class ShellModeCase(FakeVendorTestCase):
+    def setUp(self):
+        super().setUp()
+        self.configure()
+
+    def configure(self, **extra):
+        self.write_config({"provider": "openai", "retry": RETRY, **extra})
+
+    def conversation(self, name):
+        return os.path.join(self.env["HOME"], ".nagent", "conversations", name)
+
+    def shell_results(self, name):
+        return [r.body for r in nagent_conversation.read_records(self.conversation(name))
+                if r.kind == "result" and r.attr("action") == "shell"]
+
+    def script(self, *commands):
+        self.fake.reply("\n".join(f"<nagent-shell>\n{c}\n</nagent-shell>" for c in commands))
+        self.fake.reply("<nagent-response>done</nagent-response>")
+
+    def nagent(self, name, *flags, detach=False):
+        """bin/nagent --json; `detach` runs it in a new session, so it has no controlling terminal."""
+        proc = subprocess.run([sys.executable, os.path.join(BIN, "nagent"), "--json", "--conversation",
+                               name, *flags, "run the commands"], capture_output=True, text=True,
+                              env=self.env, cwd=self.cwd, timeout=120, stdin=subprocess.DEVNULL,
+                              start_new_session=detach)
+        self.assertNotIn("Traceback", proc.stderr)
+        return proc
+
+    def ok(self, proc):
+        self.assertEqual(proc.returncode, 0, proc.stderr + proc.stdout)
+        return json.loads(proc.stdout)
+
+    def exists(self, name):
+        return os.path.exists(os.path.join(self.cwd, name))
+
+
+class ApprovalModes(ShellModeCase):
+    def test_deny_flag_beats_config_and_runs_nothing(self):
+        self.configure(shell={"approval": "auto"})
+        self.script("touch denied-1", "touch denied-2")
+        self.ok(self.nagent("deny", "--shell-approval", "deny"))
+        results = self.shell_results("deny")
+        self.assertEqual(len(results), 2)
+        for body in results:
+            self.assertIn("exit_code: none", body)
+            self.assertIn(f"refused: {nagent_shell.DENIED}", body)
+        self.assertFalse(self.exists("denied-1") or self.exists("denied-2"))
+
+    def test_confirm_without_a_terminal_refuses(self):
+        self.configure(shell_approval="confirm")
+        self.script("touch unconfirmed")
+        self.ok(self.nagent("confirm-notty", detach=True))
+        [body] = self.shell_results("confirm-notty")
+        self.assertIn(f"refused: {nagent_shell.NO_TERMINAL}", body)
+        self.assertFalse(self.exists("unconfirmed"))
+
+    def test_confirm_on_a_terminal_runs_yes_and_refuses_no(self):
+        self.configure(shell={"approval": "confirm"})
+        self.script("touch answered-yes", "touch answered-no")
+        argv = [sys.executable, os.path.join(BIN, "nagent"), "--conversation", "confirm-tty",
+                "run the commands"]
+        pid, master = pty.fork()
+        if pid == 0:  # the child: the pty is its controlling terminal
+            try:
+                os.chdir(self.cwd)
+                os.execve(argv[0], argv, self.env)
+            finally:
+                os._exit(127)
+        answers, seen, prompts = [b"y\n", b"n\n"], b"", 0
+        deadline = time.monotonic() + 60
+        try:
+            while time.monotonic() < deadline:
+                if not select.select([master], [], [], 0.5)[0]:
+                    continue
+                try:
+                    chunk = os.read(master, 4096)
+                except OSError:  # EIO: the child closed the terminal
+                    break
+                if not chunk:
+                    break
+                seen += chunk
+                while seen.count(b"[y/N]") > prompts and answers:
+                    os.write(master, answers.pop(0))
+                    prompts += 1
+        finally:
+            os.close(master)
+            _, status = os.waitpid(pid, 0)
+        self.assertEqual(os.waitstatus_to_exitcode(status), 0, seen.decode("utf-8", "replace"))
+        self.assertEqual(prompts, 2, seen.decode("utf-8", "replace"))
+        self.assertIn(b"nagent wants to run this shell command:", seen)
+        yes, no = self.shell_results("confirm-tty")
+        self.assertIn("exit_code: 0", yes)
+        self.assertIn(f"refused: {nagent_shell.DECLINED}", no)
+        self.assertTrue(self.exists("answered-yes"))
+        self.assertFalse(self.exists("answered-no"))
+
+
+class SandboxModes(ShellModeCase):
+    def setUp(self):
+        super().setUp()
+        # HOME outside every writable root of the sandbox (cwd, /tmp, $TMPDIR).
+        self.env["HOME"] = tempfile.mkdtemp(prefix="nagent-home-", dir="/var/tmp")
+        self.addCleanup(shutil.rmtree, self.env["HOME"], True)
+        os.makedirs(os.path.join(self.env["HOME"], ".nagent"))
+
+    def probe(self):
+        port = self.fake.url.rsplit(":", 1)[1]
+        return [
+            "echo a > in-cwd.txt && echo cwd-ok",
+            'echo b > "$TMPDIR/in-tmp.txt" && echo tmp-ok',
+            'echo c > "$HOME/in-home.txt" 2>/dev/null || echo home-refused',
+            'echo d > "$HOME/.nagent/planted" 2>/dev/null || echo state-refused',
+            f"{sys.executable} -c \"import socket; socket.create_connection(('127.0.0.1', {port}), 3)\""
+            " 2>/dev/null && echo net-on || echo net-off",
+        ]
+
+    def stdout_lines(self, name):
+        return [re.search(r"stdout:\n(.*?)\n?stderr:", body, re.S).group(1).strip()
+                for body in self.shell_results(name)]
+
+    @unittest.skipUnless(HAVE_BWRAP, "bwrap not installed")
+    def test_flag_sandbox_writes_project_and_temp_only_network_off(self):
+        self.configure(shell_sandbox="none")
+        self.script(*self.probe())
+        self.ok(self.nagent("sandbox", "--shell-sandbox", "bwrap"))
+        self.assertEqual(self.stdout_lines("sandbox"),
+                         ["cwd-ok", "tmp-ok", "home-refused", "state-refused", "net-off"])
+        self.assertTrue(self.exists("in-cwd.txt"))
+        self.assertTrue(os.path.exists(os.path.join(self.tmpdir, "in-tmp.txt")))
+        self.assertFalse(os.path.exists(os.path.join(self.env["HOME"], "in-home.txt")))
+        self.assertFalse(os.path.exists(os.path.join(self.env["HOME"], ".nagent", "planted")))
+
+    @unittest.skipUnless(HAVE_BWRAP, "bwrap not installed")
+    def test_config_sandbox_with_network_allowed(self):
+        self.configure(shell_sandbox="bwrap", shell={"network": True})
+        self.script(*self.probe())
+        self.ok(self.nagent("sandbox-net"))
+        self.assertEqual(self.stdout_lines("sandbox-net"),
+                         ["cwd-ok", "tmp-ok", "home-refused", "state-refused", "net-on"])
+
+    def test_missing_bwrap_stops_before_any_model_call(self):
+        empty = os.path.join(self.tmp, "empty-bin")
+        os.mkdir(empty)
+        self.env["PATH"] = empty
+        for flags, config in ((["--shell-sandbox", "bwrap"], {}), ([], {"shell": {"sandbox": "bwrap"}})):
+            with self.subTest(flags=flags, config=config):
+                self.configure(**config)
+                proc = self.nagent("no-bwrap", *flags)
+                self.assertCleanError(proc, code=4, contains="bwrap not found")
+                self.assertIn("apt-get install bubblewrap", proc.stderr)
+                self.assertEqual(proc.stdout, "")
+                self.assertFalse(os.path.exists(self.conversation("no-bwrap")))
+        self.assertEqual(self.fake.requests, [])
