@@ -158,6 +158,8 @@ def run_session(turns, runs, seed, window_config, label):
         if len(usage) != len(script.calls):
             raise SystemExit(f"{label}: {len(usage)} recorded calls for {len(script.calls)} requests")
         loop = [(window, call) for (window, call), kind in zip(usage, script.calls) if kind == "loop"]
+        checkpoint_tokens = sum(call["input_tokens"] for (_, call), kind in zip(usage, script.calls)
+                                if kind == "checkpoint")
         firsts, steady_in, steady_read = set(), 0, 0
         for window, call in loop:
             if window not in firsts:
@@ -168,11 +170,11 @@ def run_session(turns, runs, seed, window_config, label):
         largest = max(os.path.getsize(path) for path in chain)
         return {
             "label": label, "calls": len(usage), "loop_calls": len(loop),
-            "checkpoint_calls": script.calls.count("checkpoint"),
+            "checkpoint_calls": script.calls.count("checkpoint"), "checkpoint_tokens": checkpoint_tokens,
             "input_tokens": total.input_tokens, "output_tokens": total.output_tokens,
             "uncached_tokens": total.input_tokens - total.cache_read_tokens,
             "cache_read_tokens": total.cache_read_tokens, "cache_write_tokens": total.cache_write_tokens,
-            "cache_share": round(total.cache_read_tokens / total.input_tokens, 4) if total.input_tokens else 0.0,
+            "cache_share": round(total.cache_read_tokens / max(1, total.input_tokens), 4),
             "steady_cache_share": round(steady_read / steady_in, 4) if steady_in else 0.0,
             "rebuilds": len(chain) - 1, "largest_window": largest,
             "cost_usd": round(total.cost_usd, 4) if total.cost_usd is not None else None,
@@ -194,7 +196,8 @@ def naive_row(plain):
     sent = sum((size + 3) // 4 for size in plain["naive_sizes"])
     cost = plain["_cost"](sent, plain["output_tokens"])
     return {"label": "naive whole-file loop", "calls": plain["loop_calls"],
-            "loop_calls": plain["loop_calls"], "checkpoint_calls": 0, "input_tokens": sent,
+            "loop_calls": plain["loop_calls"], "checkpoint_calls": 0, "checkpoint_tokens": 0,
+            "input_tokens": sent,
             "output_tokens": plain["output_tokens"], "uncached_tokens": sent, "cache_read_tokens": 0,
             "cache_write_tokens": 0, "cache_share": 0.0, "steady_cache_share": 0.0, "rebuilds": 0,
             "largest_window": max(plain["naive_sizes"]), "cost_usd": round(cost, 4), "seconds": None}
@@ -209,7 +212,8 @@ def print_table(rows, naive):
     print(" ".join(f"{title:>{width}}" if key != "label" else f"{title:<{width}}"
                    for key, title, width in columns))
     for row in rows:
-        row["vs_naive"] = f"-{1 - row['uncached_tokens'] / naive['uncached_tokens']:.0%}"
+        row["vs_naive"] = "baseline" if row is naive else \
+            f"-{1 - row['uncached_tokens'] / naive['uncached_tokens']:.0%}"
         cells = []
         for key, _, width in columns:
             value = row.get(key)
@@ -238,6 +242,12 @@ def main(argv=None):
     print(f"{args.turns} loop turns over {args.runs} prompts, tool outputs 4-28 KB, model {MODEL}, "
           "fake Anthropic prompt cache")
     print_table(rows, naive)
+    saving = 1 - windowed["uncached_tokens"] / naive["uncached_tokens"]
+    print(f"targets: uncached input {saving:.0%} below the naive loop (target >= 50%): "
+          f"{'met' if saving >= 0.5 else 'MISSED'}; cache reads between rebuilds "
+          f"{windowed['steady_cache_share']:.0%} (target >= 80%): "
+          f"{'met' if windowed['steady_cache_share'] >= 0.8 else 'MISSED'}; checkpoint calls sent "
+          f"{windowed['checkpoint_tokens']} uncached tokens")
     return rows
 
 

@@ -42,7 +42,7 @@ def median_ms(argv, env, cwd, runs):
 
 
 def main(argv=None):
-    argv = sys.argv[1:] if argv is None else list(argv)
+    argv = list(argv or ())
     runs = int(argv[argv.index("--runs") + 1]) if "--runs" in argv else 10
     root = tempfile.mkdtemp(prefix="nagent-bench-startup-")
     fake = FakeVendor().start()
@@ -92,4 +92,4 @@ def print_table(rows, runs):
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

@@ -123,11 +123,11 @@ def print_table(rows):
 
 
 def main(argv=None):
-    providers = [name for name in (sys.argv[1:] if argv is None else argv)] or list(PROVIDERS)
+    providers = list(argv or ()) or list(PROVIDERS)
     rows = [run_once(provider) for provider in providers]
     print_table(rows)
     return rows
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

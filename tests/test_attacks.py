@@ -425,6 +425,15 @@ class AttackCase(FakeVendorTestCase):
 
 
 class MainModeAttacks(AttackCase):
+    @staticmethod
+    def stop_flipper(race):
+        """Should the run die early, the detached flipper must not outlive the test."""
+        if os.path.isdir(race):
+            open(os.path.join(race, "stop"), "a").close()
+            deadline = time.monotonic() + 10
+            while not os.path.exists(os.path.join(race, "done")) and time.monotonic() < deadline:
+                time.sleep(0.02)
+
     def test_main_mode_attempts_and_symlink_swap_race(self):
         conversation = os.path.join(self.H, ".nagent", "conversations", "attack-main")
         race = os.path.join(self.T, "race")
@@ -433,6 +442,7 @@ class MainModeAttacks(AttackCase):
                 for n, (_name, kind, where, _expect, _reason) in enumerate(MAIN_ATTEMPTS)]
         race_attempts = []
         if race_ok:
+            self.addCleanup(self.stop_flipper, race)
             flip = os.path.join(self.out, "tools", "flip.py")
             tags.append(f"<nagent-shell>\nsetsid {sys.executable} {flip} {race} </dev/null >/dev/null 2>&1 &\n"
                         f"while [ ! -e {race}/started ]; do sleep 0.01; done\n</nagent-shell>")

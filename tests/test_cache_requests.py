@@ -170,8 +170,9 @@ class InProcessCase(FakeVendorTestCase):
 class AnthropicCacheTest(InProcessCase):
     def test_second_call_reads_and_each_call_reads_back_what_the_previous_wrote(self):
         self.write_file("a.txt", "alpha line\n" * 400)
-        for text in ("<nagent-shell>printf 'x%.0s' $(seq 1 3000)</nagent-shell>", '<nagent-read path="a.txt"/>',
-                     "<nagent-response>first done</nagent-response>", "<nagent-response>second done</nagent-response>"):
+        for text in ("<nagent-shell>printf 'x%.0s' $(seq 1 3000)</nagent-shell>",
+                     '<nagent-read path="a.txt"/>', "<nagent-response>first done</nagent-response>",
+                     "<nagent-response>second done</nagent-response>"):
             self.fake.reply(text, vendor="anthropic")
         first = self.run_prompt("Look at a.txt and the shell.")
         second = self.run_prompt("And now?")

@@ -1,21 +1,26 @@
 """Crash tests: SIGKILL bin/nagent at random moments of scripted runs (issue 6).
 
-Four workers, each with its own HOME, temp dir and fake vendor, run invocations side by side
-and kill each one after a seeded random delay: either 0-1.5 s after the start (start-up,
-context records, prompt, SDK import) or 0-0.3 s after the fake received the k-th model call
-of the script (model-call windows, shell actions, writes, the split of a >64 KiB file, a
-segment write + file-patch, per-file edit sessions updating the file index). Scripts:
-  main:      shell (sleep) + write to $TMPDIR -> file-read big file (split) -> segment write +
-             file-patch -> response
-  file-edit: --file-edit on one of three project files (file index update) -> write target
-             -> response
-After every kill: the conversation parses (torn-tail recovery included), record seqs run
-1..n without gaps, the bytes before the run are an unchanged prefix, every accepted prompt is
-there (a prompt record exists, and it must if the fake saw a model call), index.json and the
-file index parse as JSON, and every target holds its old or its new content exactly. Then an
-in-process invocation (the same code bin/nagent runs) continues the conversation and must
-succeed; at the end each worker runs the real bin/nagent once more.
-Set NAGENT_FAULTS_REPORT=1 to print the kill figures.
+Four workers, each with its own HOME, temp dir and fake vendor, run invocations side by side;
+a seeded random.Random picks each invocation's script and kill moment: 0-1.5 s after the start
+(start-up, context records, prompt, SDK import) or 0-0.3 s after the fake received the k-th
+model call (model-call windows, shell actions, writes, a split, a patch, index updates):
+  main:      shell (sleep) + write to $TMPDIR -> file-read of a >64 KiB file (split) ->
+             segment write + file-patch -> response
+  file-edit: --file-edit on one of three project files (file index update) -> write the
+             target -> response
+After every kill: the conversation parses (a torn tail is reported apart), record seqs run
+1..n, the bytes before the run are an unchanged prefix, every accepted prompt is there (a
+prompt record exists; it must when the fake saw a model call), index.json and the file index
+parse as JSON, and every target holds its old or its new content exactly. Then the next
+invocation must continue the conversation and succeed. Set NAGENT_FAULTS_REPORT=1 to print
+the kill figures.
+
+A fresh bin/nagent spends about a second importing the SDK before its first model call, so 50+
+fresh kills and their follow-ups would cost minutes of CPU. A zygote process imports the SDK
+once and forks one child per invocation that runs the bin/nagent file itself (runpy, as
+__main__): a separate process whose files, locks and death behave as bin/nagent's. The zygote
+is single-threaded (safe to fork), reaps its children and kills only its own live children.
+FRESH_SHARE of the killed invocations, and each worker's last run, start a fresh bin/nagent.
 """
 import collections
 import json
@@ -26,9 +31,8 @@ import sys
 import threading
 import time
 import types
-from contextlib import contextmanager
 
-from base import BIN, HermeticTestCase, clean_environ
+from base import BIN, HELPERS, HermeticTestCase, clean_environ
 from fakes import FakeVendor, ReplySpec
 
 import nagent_actions
@@ -41,24 +45,162 @@ SEED = 20261122
 WORKERS = 4
 MIN_KILLS = 50
 MAX_INVOCATIONS = 110          # a bound, not a target: about 60 are needed for 50 kills
-TIME_KILL_MAX = 1.5
+TIME_KILL_MAX = 1.5            # a fresh process: start-up + ~1 s of SDK import + the script
+FORKED_TIME_KILL_MAX = 0.6     # a zygote child has the SDK already: the script alone
 AFTER_CALL_KILL_MAX = 0.3
-CONFIG = {"provider": "openai", "retry": {"base_delay": 0, "max_delay": 0},
+FRESH_SHARE = 0.12
+NAGENT = os.path.join(BIN, "nagent")
+CONFIG = {"provider": "openai", "retry": {"base_delay": 0, "max_delay": 0}, "lock_timeout": 10,
           # no checkpoint or window rebuild: their extra model calls would eat scripted replies
-          "checkpoint_every_bytes": 10 ** 12, "window_max_bytes": 10 ** 12, "lock_timeout": 10}
-GENERATION = "/v1/responses"
+          "checkpoint_every_bytes": 10 ** 12, "window_max_bytes": 10 ** 12}
 
+ZYGOTE_SOURCE = r"""
+import json, os, runpy, select, sys
+sys.path.insert(0, sys.argv[1])
+import openai  # noqa: F401 - the import every fresh bin/nagent pays for
+import nagent_commands, nagent_loop, nagent_session, nagent_provider_openai, nagent_actions  # noqa
+children, buffer = set(), b""
 
-@contextmanager
-def environ_as(env):
-    saved = dict(os.environ)
-    os.environ.clear()
-    os.environ.update(env)
+def say(*words):
+    sys.stdout.write(" ".join(map(str, words)) + "\n")
+    sys.stdout.flush()
+
+def child(job):
+    code = 1
     try:
-        yield
-    finally:
+        os.chdir(job["cwd"])
         os.environ.clear()
-        os.environ.update(saved)
+        os.environ.update(job["env"])
+        for fd, path in ((0, os.devnull), (1, job["stdout"]), (2, job["stderr"])):
+            os.dup2(os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC * (fd > 0), 0o600), fd)
+        sys.argv = [job["script"], *job["args"]]
+        runpy.run_path(job["script"], run_name="__main__")
+        code = 0
+    except SystemExit as stop:
+        code = stop.code if isinstance(stop.code, int) else int(stop.code is not None)
+    except BaseException:
+        import traceback
+        traceback.print_exc()
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)  # never back into the zygote's loop
+
+def warm(job):
+    # One real run in the zygote itself: the SDK's lazy imports and type caches are filled
+    # once here instead of in every child.
+    import contextlib, gc, io
+    saved, cwd = dict(os.environ), os.getcwd()
+    os.environ.update(job["env"])
+    os.chdir(job["cwd"])
+    sys.argv = [job["script"], *job["args"]]
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            runpy.run_path(job["script"], run_name="__main__")
+    except SystemExit:
+        pass
+    os.environ.clear()
+    os.environ.update(saved)
+    os.chdir(cwd)
+    gc.collect()
+    gc.freeze()  # children's collections then leave the shared pages alone (no copy-on-write)
+    say("warm", 0, 0)
+
+while True:
+    ready = select.select([0], [], [], 0.005)[0]
+    while children:
+        pid, status = os.waitpid(-1, os.WNOHANG)
+        if pid == 0:
+            break
+        children.discard(pid)
+        say("exit", pid, os.waitstatus_to_exitcode(status))
+    data = os.read(0, 65536) if ready else b"-"
+    if not data:
+        break
+    buffer += data if ready else b""
+    while b"\n" in buffer:
+        line, buffer = buffer.split(b"\n", 1)
+        job = json.loads(line)
+        if job["op"] == "warm":
+            warm(job)
+        elif job["op"] == "spawn":
+            pid = os.fork()
+            if pid == 0:
+                child(job)
+            children.add(pid)
+            say("spawned", job["id"], pid)
+        elif job["op"] == "kill" and job["pid"] in children:
+            os.kill(job["pid"], 9)
+for pid in children:
+    os.kill(pid, 9)
+"""
+
+
+class Zygote:
+    def __init__(self, root):
+        self.proc = subprocess.Popen([sys.executable, "-c", ZYGOTE_SOURCE, HELPERS], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True, env=clean_environ())
+        self.events = {"spawned": {}, "exit": {}, "warm": {}}
+        self.spawned, self.exits, self.serial = self.events["spawned"], self.events["exit"], 0
+        self.changed = threading.Condition()
+        threading.Thread(target=self._read, daemon=True).start()
+        with FakeVendor() as fake:
+            fake.reply_fn(lambda record: "<nagent-response>warm</nagent-response>")
+            env = dict(clean_environ(), HOME=root, NAGENT_CONFIG=os.path.join(root, "none.json"),
+                       NAGENT_NO_SPINNER="1", **fake.env())
+            self.send({"op": "warm", "script": NAGENT, "args": ["warm up"], "env": env, "cwd": root})
+            with self.changed:
+                if not self.changed.wait_for(lambda: self.events["warm"], timeout=120):
+                    raise AssertionError("the zygote did not warm up")
+
+    def _read(self):
+        for line in self.proc.stdout:
+            word, key, value = line.split()
+            with self.changed:
+                self.events[word][int(key)] = int(value)
+                self.changed.notify_all()
+
+    def send(self, job):
+        self.proc.stdin.write(json.dumps(job) + "\n")
+        self.proc.stdin.flush()
+
+    def spawn(self, args, env, cwd, stdout, stderr):
+        self.serial += 1
+        self.send({"op": "spawn", "id": self.serial, "script": NAGENT, "args": args, "env": env,
+                   "cwd": cwd, "stdout": stdout, "stderr": stderr})
+        with self.changed:
+            if not self.changed.wait_for(lambda: self.serial in self.spawned, timeout=60):
+                raise AssertionError("the zygote did not fork")
+            return Forked(self, self.spawned.pop(self.serial))
+
+    def close(self):
+        self.proc.stdin.close()
+        self.proc.wait(timeout=30)
+
+
+class Forked:
+    """poll / kill / wait / returncode of a zygote child, like subprocess.Popen."""
+
+    def __init__(self, zygote, pid):
+        self.zygote, self.pid = zygote, pid
+
+    @property
+    def returncode(self):
+        return self.zygote.exits.get(self.pid)
+
+    def poll(self):
+        return self.returncode
+
+    def kill(self):
+        self.zygote.send({"op": "kill", "pid": self.pid})
+
+    def wait(self, timeout=60):
+        with self.zygote.changed:
+            if not self.zygote.changed.wait_for(lambda: self.pid in self.zygote.exits, timeout=timeout):
+                raise AssertionError(f"zygote child {self.pid} did not exit")
+        return self.returncode
 
 
 def read_or_none(path):
@@ -70,16 +212,15 @@ def read_or_none(path):
 
 
 class Worker:
-    """One HOME + fake vendor; runs one invocation at a time and checks what a kill left."""
+    """One HOME + fake vendor: an invocation, its checks, then a follow-up and its checks."""
 
-    def __init__(self, case, number, root):
-        self.case, self.number, self.root = case, number, root
+    def __init__(self, case, number, root, zygote):
+        self.case, self.root, self.zygote = case, root, zygote
         self.home, self.cwd, self.tmpdir = (os.path.join(root, name) for name in ("home", "work", "tmp"))
         for path in (self.home, self.cwd, self.tmpdir):
             os.makedirs(path)
         self.fake = FakeVendor().start()
-        self.script = collections.deque()
-        self.script_lock = threading.Lock()
+        self.script, self.script_lock = collections.deque(), threading.Lock()
         self.fake.reply_fn(self._next_reply)
         self.env = clean_environ()
         self.env.update(self.fake.env())
@@ -90,16 +231,12 @@ class Worker:
         self.pid = f"w{number}"
         self.main_path = lifecycle.default_conversation_path(self.env)
         self.index_path = nagent_file_edit_lib.file_index_path(self.pid, self.env)
-        self.targets = []
-        for j in range(3):
-            path = os.path.join(self.cwd, f"fe-{j}.py")
-            with open(path, "wb") as handle:
-                handle.write(f"# fe-{j} version 0\n".encode())
-            self.targets.append(path)
-        self.snapshots = {}            # conversation path -> bytes after the last good run
-        self.accepted = collections.defaultdict(list)
-        self.proc = self.plan = None
-        self.invocations = self.kills = 0
+        self.targets = [os.path.join(self.cwd, f"fe-{j}.py") for j in range(3)]
+        for path in self.targets:
+            with open(path, "w", encoding="utf-8") as handle:
+                handle.write(f"# {os.path.basename(path)} version 0\n")
+        self.accepted = collections.defaultdict(list)   # conversation -> accepted prompts
+        self.proc = self.plan = self.phase = None
 
     def stop(self):
         if self.proc is not None and self.proc.poll() is None:
@@ -107,12 +244,9 @@ class Worker:
             self.proc.wait()
         self.fake.stop()
 
-    # -- scripting -------------------------------------------------------------------
     def _next_reply(self, record):
         with self.script_lock:
-            if self.script:
-                return self.script.popleft()
-        return ReplySpec("<nagent-response>script exhausted</nagent-response>")
+            return self.script.popleft() if self.script else "<nagent-response>unscripted</nagent-response>"
 
     def set_script(self, items):
         with self.script_lock:
@@ -120,243 +254,225 @@ class Worker:
             self.script.extend(items)
 
     def model_calls(self):
-        return sum(1 for r in list(self.fake.requests) if r["path"] == GENERATION)
+        return sum(1 for r in list(self.fake.requests) if r["path"] == "/v1/responses")
 
-    # -- one invocation --------------------------------------------------------------
-    def launch(self, rng, n):
-        self.invocations += 1
-        plan = self._main_plan(rng, n) if rng.random() < 0.6 else self._file_edit_plan(rng, n)
-        plan.prompt = f"task {self.pid}-{n}: run the scripted steps"
-        plan.calls_before = self.model_calls()
-        plan.conv_before = self.conversation_of(plan)
-        plan.bytes_before = read_or_none(plan.conv_before) or b"" if plan.conv_before else b""
-        if rng.random() < 0.3:
-            plan.kill_mode, plan.kill_at = "time", rng.uniform(0, TIME_KILL_MAX)
+    def start(self, args, script, fresh=False):
+        self.set_script(script)
+        out, err = (os.path.join(self.root, name) for name in ("stdout.txt", "stderr.txt"))
+        if fresh:
+            with open(out, "wb") as stdout, open(err, "wb") as stderr:
+                self.proc = subprocess.Popen([sys.executable, NAGENT, *args], stdin=subprocess.DEVNULL,
+                                             stdout=stdout, stderr=stderr, env=self.env, cwd=self.cwd)
         else:
-            plan.kill_mode = "after-call"
-            plan.kill_call = rng.randint(1, plan.calls)
-            plan.kill_at = rng.uniform(0, AFTER_CALL_KILL_MAX)
-        self.set_script(plan.script)
-        plan.stderr = open(os.path.join(self.root, f"stderr-{n}.txt"), "w+", encoding="utf-8")
-        plan.started = time.monotonic()
-        plan.call_seen_at = None
-        self.plan = plan
-        self.proc = subprocess.Popen([sys.executable, os.path.join(BIN, "nagent"), *plan.args, plan.prompt],
-                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                     stderr=plan.stderr, env=self.env, cwd=self.cwd)
+            self.proc = self.zygote.spawn(args, self.env, self.cwd, out, err)
+
+    def output(self):
+        return tuple(read_or_none(os.path.join(self.root, name)).decode("utf-8", "replace")
+                     for name in ("stdout.txt", "stderr.txt"))
+
+    # -- the invocation that gets killed ---------------------------------------------
+    def launch(self, rng, n):
+        plan = self._main_plan(rng, n) if rng.random() < 0.6 else self._file_edit_plan(rng, n)
+        plan.n, plan.prompt = n, f"task {self.pid}-{n}: run the scripted steps"
+        plan.calls_before, plan.conv_before = self.model_calls(), self.conversation_of(plan)
+        plan.bytes_before = (read_or_none(plan.conv_before) or b"") if plan.conv_before else b""
+        plan.fresh = rng.random() < FRESH_SHARE
+        plan.kill_mode = "time" if plan.fresh or rng.random() < 0.3 else "after-call"
+        plan.kill_call = rng.randint(1, len(plan.script))
+        plan.kill_at = rng.uniform(0, AFTER_CALL_KILL_MAX if plan.kill_mode == "after-call" else
+                                   TIME_KILL_MAX if plan.fresh else FORKED_TIME_KILL_MAX)
+        plan.started, plan.call_seen_at = time.monotonic(), None
+        self.plan, self.phase = plan, "run"
+        self.start([*plan.args, plan.prompt], plan.script, plan.fresh)
 
     def _main_plan(self, rng, n):
         big = os.path.join(self.tmpdir, f"big-{n}.txt")
-        old_big = "".join(f"{n}:{i:05d} the quick brown fox jumps over the lazy dog\n"
-                          for i in range(1700)).encode()
-        with open(big, "wb") as handle:
-            handle.write(old_big)
+        old = "".join(f"{n}:{i:05d} the quick brown fox jumps over the lazy dog\n" for i in range(1700))
         scratch = os.path.join(self.root, f"scratch-{n}")
         os.makedirs(scratch)
-        copy = os.path.join(scratch, os.path.basename(big))
-        with open(copy, "wb") as handle:
-            handle.write(old_big)
-        first = split_lib.split_file(copy, os.path.join(scratch, "split"))["segments"][0]
+        for path in (big, os.path.join(scratch, os.path.basename(big))):
+            with open(path, "w", encoding="utf-8") as handle:
+                handle.write(old)
+        old = old.encode()
+        # The same bytes split the same way: the split the run will make, known in advance.
+        first = split_lib.split_file(os.path.join(scratch, os.path.basename(big)),
+                                     os.path.join(scratch, "split"))["segments"][0]
         ctx = types.SimpleNamespace(environ=self.env, conversation=self.main_path)
         split_dir = nagent_actions.split_dir_for(big, ctx)
-        new_seg = f"segment rewritten by run {n}\n"
+        segment = os.path.join(split_dir, first["file"])
+        new_segment = f"segment rewritten by run {n}\n"
         written = os.path.join(self.tmpdir, f"w-{n}.txt")
         payload = "".join(f"payload {n} line {i}\n" for i in range(300))
-        delay = lambda: rng.uniform(0.02, 0.15)  # noqa: E731 - a model-call window
-        plan = types.SimpleNamespace(
-            kind="main", args=[], calls=4,
-            script=[ReplySpec(f"<nagent-shell>sleep 0.05; echo shell-{n}</nagent-shell>\n"
-                              f'<nagent-write path="{written}">{payload}</nagent-write>', delay=delay()),
-                    ReplySpec(f'<nagent-file-read path="{big}"/>', delay=delay()),
-                    ReplySpec(f'<nagent-write path="{os.path.join(split_dir, first["file"])}">{new_seg}'
-                              f'</nagent-write>\n<nagent-file-patch index="{split_dir}/index.json"/>',
-                              delay=delay()),
-                    ReplySpec(f"<nagent-response>done {n}</nagent-response>", delay=delay())],
-            response=f"done {n}",
-            files={big: (old_big, new_seg.encode() + old_big[first["end_byte"]:]),
+        texts = [f"<nagent-shell>sleep 0.05; echo shell-{n}</nagent-shell>\n"
+                 f'<nagent-write path="{written}">{payload}</nagent-write>',
+                 f'<nagent-file-read path="{big}"/>',
+                 f'<nagent-write path="{segment}">{new_segment}</nagent-write>\n'
+                 f'<nagent-file-patch index="{split_dir}/index.json"/>',
+                 f"<nagent-response>done {n}</nagent-response>"]
+        return types.SimpleNamespace(
+            kind="main", args=[], response=f"done {n}\n",
+            script=[ReplySpec(text, delay=rng.uniform(0.02, 0.15)) for text in texts],
+            files={big: (old, new_segment.encode() + old[first["end_byte"]:]),
                    written: (None, payload.encode()),
-                   os.path.join(split_dir, first["file"]): (None, old_big[:first["end_byte"]],
-                                                             new_seg.encode())},
+                   segment: (None, old[:first["end_byte"]], new_segment.encode())},
             json_files=[os.path.join(split_dir, "index.json"), self.index_path])
-        return plan
 
     def _file_edit_plan(self, rng, n):
         target = rng.choice(self.targets)
         with open(target, "rb") as handle:
             old = handle.read()
         new = f"# {os.path.basename(target)} version {n}\n" * 3
-        delay = lambda: rng.uniform(0.02, 0.15)  # noqa: E731
+        texts = [f'<nagent-write path="{target}">{new}</nagent-write>', f"<nagent-response>edited {n}</nagent-response>"]
         return types.SimpleNamespace(
-            kind="file-edit", args=["--file-edit", target, "--pid", self.pid], calls=2, target=target,
-            script=[ReplySpec(f'<nagent-write path="{target}">{new}</nagent-write>', delay=delay()),
-                    ReplySpec(f"<nagent-response>edited {n}</nagent-response>", delay=delay())],
-            response=f"edited {n}", files={target: (old, new.encode())}, json_files=[self.index_path])
+            kind="file-edit", args=["--file-edit", target, "--pid", self.pid], target=target,
+            response=f"edited {n}\n", script=[ReplySpec(text, delay=rng.uniform(0.02, 0.15)) for text in texts],
+            files={target: (old, new.encode())}, json_files=[self.index_path])
 
     def conversation_of(self, plan):
         if plan.kind == "main":
             return self.main_path
         data = read_or_none(self.index_path)
-        if data is None:
-            return None
-        for record in json.loads(data)["by_file_id"].values():
+        for record in (json.loads(data)["by_file_id"].values() if data else ()):
             if record["path"] == os.path.realpath(plan.target):
                 return lifecycle.conversation_path(record["conversation"], self.env)
         return None
 
     def kill_due(self, now):
         plan = self.plan
-        if plan.kill_mode == "time":
-            return now - plan.started >= plan.kill_at
-        if plan.call_seen_at is None:
+        if plan.kill_mode == "after-call" and plan.call_seen_at is None:
             if self.model_calls() - plan.calls_before >= plan.kill_call:
                 plan.call_seen_at = now
             return False
-        return now - plan.call_seen_at >= plan.kill_at
+        return now - (plan.started if plan.kill_mode == "time" else plan.call_seen_at) >= plan.kill_at
 
-    def poll(self, now):
-        """True when the current invocation ended (exited, or killed here)."""
-        if self.proc.poll() is not None:
-            return True
-        if self.kill_due(now):
-            self.proc.kill()
-            self.proc.wait()
-            return True
-        return False
+    def step(self, now, figures):
+        """Advance this worker; True when it is idle again."""
+        if self.proc.poll() is None:
+            if self.phase == "run" and self.kill_due(now):
+                self.proc.kill()
+                self.proc.wait()
+            else:
+                return False
+        if self.phase == "run":
+            self.check_killed(figures)
+            self.phase = "follow"
+            self.follow_before = read_or_none(self.conversation_of(self.plan) or os.devnull)
+            self.start([*self.plan.args, f"follow-up {self.pid}-{self.plan.n}"],
+                       [ReplySpec(f"<nagent-response>continued {self.plan.n}</nagent-response>")])
+            return False
+        self.check_follow_up()
+        self.proc = self.phase = None
+        return True
 
     # -- checks ----------------------------------------------------------------------
-    def check(self):
+    def check_killed(self, figures):
         case, plan = self.case, self.plan
-        proc, self.proc = self.proc, None
-        plan.stderr.seek(0)
-        err = plan.stderr.read()
-        plan.stderr.close()
-        where = f"{self.pid} invocation {plan.prompt!r} ({plan.kind}, {plan.kill_mode})"
+        out, err = self.output()
+        where = f"{self.pid} {plan.prompt!r} ({plan.kind}, {plan.kill_mode})"
         case.assertNotIn("Traceback", err, where)
-        killed = proc.returncode == -9
-        if killed:
-            self.kills += 1
-        else:
-            case.assertEqual(proc.returncode, 0, f"{where}: {err}")
+        killed = self.proc.returncode == -9
+        if not killed:
+            case.assertEqual((self.proc.returncode, out), (0, plan.response), f"{where}: {err}")
         for path in plan.json_files:
-            data = read_or_none(path)
-            if data is not None:
-                json.loads(data)  # raises on a half-written file
+            if read_or_none(path) is not None:
+                json.loads(read_or_none(path))  # raises on a half-written file
                 if path.endswith("index.json"):
                     split_lib.load_index(path)
         for path, (old, *new) in plan.files.items():
-            data = read_or_none(path)
-            case.assertIn(data, [old, *new], f"{where}: {path} is neither old nor new")
+            case.assertIn(read_or_none(path), [old, *new], f"{where}: {path} is neither old nor new")
             if not killed:
-                case.assertEqual(data, new[-1], f"{where}: {path}")
+                case.assertEqual(read_or_none(path), new[-1], f"{where}: {path}")
+        calls = self.model_calls() - plan.calls_before
+        figures[(plan.kind, "fresh" if plan.fresh else "forked", "killed" if killed else "completed",
+                 f"after {calls} model calls")] += 1
+        figures["kills"] += killed
         conv = self.conversation_of(plan)
-        saw_call = self.model_calls() > plan.calls_before
         if conv is None:
-            case.assertFalse(saw_call, f"{where}: a model call without a conversation")
-            return killed, False
+            case.assertEqual(calls, 0, f"{where}: a model call without a conversation")
+            return
         if plan.conv_before is not None:
             case.assertEqual(conv, plan.conv_before, where)
         data = read_or_none(conv) or b""
         case.assertTrue(data.startswith(plan.bytes_before), f"{where}: earlier bytes changed")
         records, torn = nagent_conversation.parse_records(data, source=conv)
         if torn:
+            figures["torn tails"] += 1
             case.assertTrue(torn.startswith(nagent_conversation.HEADER_MARK[:len(torn)]), torn[:80])
-        case.assertEqual([r.kind for r in records if r.kind == "note"], [], where)
-        case.assertEqual([r.seq for r in records], list(range(1, len(records) + 1)), where)
+        self.assertWhole(records, conv, where)
         prompts = [r.body for r in records if r.kind == "prompt"]
-        accepted = plan.prompt in prompts
-        if saw_call:
-            case.assertTrue(accepted, f"{where}: the model was called but the prompt is missing")
-        for earlier in self.accepted[conv]:
-            case.assertIn(earlier, prompts, where)
-        if accepted:
+        if calls:
+            case.assertIn(plan.prompt, prompts, f"{where}: the model was called, the prompt is missing")
+        if plan.prompt in prompts:
             self.accepted[conv].append(plan.prompt)
-        return killed, bool(torn)
 
-    def follow_up(self, n):
-        """The next invocation continues the conversation (in-process: no SDK import per run)."""
-        import nagent_loop
-        import nagent_session
-        plan = self.plan
-        options = {"file_edit": plan.target, "pid": self.pid} if plan.kind == "file-edit" else {}
-        prompt = f"follow-up {self.pid}-{n}"
-        self.set_script([ReplySpec(f"<nagent-response>continued {n}</nagent-response>")])
-        with environ_as(self.env):
-            session = nagent_session.build_session(options, dict(self.env), self.cwd)
-            before = read_or_none(session.path) or b""
-            outcome = nagent_loop.run_agent_loop(session, prompt, "argv")
-        where = f"{self.pid} follow-up {n}"
-        self.case.assertEqual((outcome.exit_code, outcome.response), (0, f"continued {n}"),
-                              f"{where}: {outcome.error}")
-        data = read_or_none(session.path)
-        records, torn = nagent_conversation.parse_records(data)
-        self.case.assertEqual(torn, b"", where)
-        # A torn tail is cut away (and kept in a .torn- file); everything before it stays.
-        recovered = nagent_conversation.parse_records(before)
-        self.case.assertTrue(data.startswith(before[:len(before) - len(recovered[1])]), where)
+    def assertWhole(self, records, conv, where):
         self.case.assertEqual([r.seq for r in records], list(range(1, len(records) + 1)), where)
         prompts = [r.body for r in records if r.kind == "prompt"]
-        for earlier in self.accepted[session.path]:
-            self.case.assertIn(earlier, prompts, where)
-        self.case.assertEqual(prompts[-1], prompt)
-        self.accepted[session.path].append(prompt)
-        self.snapshots[session.path] = data
+        for earlier in self.accepted[conv]:
+            self.case.assertIn(earlier, prompts, f"{where}: an accepted prompt was lost")
+
+    def check_follow_up(self):
+        case, plan = self.case, self.plan
+        out, err = self.output()
+        where = f"{self.pid} follow-up {plan.n}"
+        case.assertEqual((self.proc.returncode, out), (0, f"continued {plan.n}\n"), f"{where}: {err}")
+        case.assertNotIn("Traceback", err, where)
+        conv = self.conversation_of(plan)
+        data = read_or_none(conv)
+        records, torn = nagent_conversation.parse_records(data)
+        case.assertEqual(torn, b"", where)
+        before = self.follow_before or b""
+        # A torn tail was cut away (kept in a .torn- file); every complete record stays.
+        kept = len(before) - len(nagent_conversation.parse_records(before)[1])
+        case.assertTrue(data.startswith(before[:kept]), where)
+        self.assertWhole(records, conv, where)
+        prompt = f"follow-up {self.pid}-{plan.n}"
+        case.assertEqual([r.body for r in records if r.kind == "prompt"][-1], prompt, where)
+        self.accepted[conv].append(prompt)
 
 
 class CrashTest(HermeticTestCase):
     def test_sigkill_at_random_moments_loses_nothing(self):
         rng = random.Random(SEED)
-        workers = [Worker(self, number, os.path.join(self.tmp, f"w{number}")) for number in range(WORKERS)]
+        os.makedirs(os.path.join(self.tmp, "zygote"))
+        zygote = Zygote(os.path.join(self.tmp, "zygote"))
+        self.addCleanup(zygote.close)
+        workers = [Worker(self, number, os.path.join(self.tmp, f"w{number}"), zygote)
+                   for number in range(WORKERS)]
         for worker in workers:
             self.addCleanup(worker.stop)
-        started = time.monotonic()
-        launched = kills = torn_tails = 0
-        figures = collections.Counter()
-        active = []
+        started, launched, figures = time.monotonic(), 0, collections.Counter()
         while True:
-            while len(active) < WORKERS and kills + sum(1 for _ in active) < MIN_KILLS + 2 \
-                    and launched < MAX_INVOCATIONS:
-                worker = next(w for w in workers if w not in active)
-                launched += 1
-                worker.launch(rng, launched)
-                active.append(worker)
-            if not active:
+            running = [w for w in workers if w.proc is not None]
+            in_flight = sum(1 for w in running if w.phase == "run")
+            for worker in workers:
+                if worker.proc is None and figures["kills"] + in_flight < MIN_KILLS + 2 \
+                        and launched < MAX_INVOCATIONS:
+                    launched += 1
+                    in_flight += 1
+                    worker.launch(rng, launched)
+            if not any(w.proc is not None for w in workers):
                 break
             now = time.monotonic()
-            for worker in list(active):
-                if not worker.poll(now):
-                    continue
-                active.remove(worker)
-                calls = worker.model_calls() - worker.plan.calls_before
-                killed, torn = worker.check()
-                kills += killed
-                torn_tails += torn
-                figures[(worker.plan.kind, "killed" if killed else "completed",
-                         f"after {min(calls, 9)} calls")] += 1
-                figures["seconds alive"] += round(now - worker.plan.started)
-                follow = time.monotonic()
-                worker.follow_up(launched)
-                figures["seconds in follow-ups"] += round(time.monotonic() - follow)
+            for worker in workers:
+                if worker.proc is not None:
+                    worker.step(now, figures)
             time.sleep(0.005)
-        self.assertGreaterEqual(kills, MIN_KILLS, f"only {kills} kills in {launched} invocations")
-        # Each worker's real bin/nagent continues its conversation after all that.
-        procs = []
+        self.assertGreaterEqual(figures["kills"], MIN_KILLS, f"{launched} invocations: {figures}")
+        # Each worker's fresh bin/nagent continues its main conversation after all that.
         for worker in workers:
-            worker.set_script([ReplySpec("<nagent-response>final ok</nagent-response>")])
-            procs.append(subprocess.Popen([sys.executable, os.path.join(BIN, "nagent"), "final prompt"],
-                                          stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                          stderr=subprocess.PIPE, text=True, env=worker.env,
-                                          cwd=worker.cwd))
-        for worker, proc in zip(workers, procs):
-            out, err = proc.communicate(timeout=120)
-            self.assertEqual((proc.returncode, out), (0, "final ok\n"), err)
+            worker.start(["final prompt"], [ReplySpec("<nagent-response>final ok</nagent-response>")],
+                         fresh=True)
+        for worker in workers:
+            worker.proc.wait(timeout=120)
+            out, err = worker.output()
+            self.assertEqual((worker.proc.returncode, out), (0, "final ok\n"), err)
             self.assertNotIn("Traceback", err)
             records = nagent_conversation.read_records(worker.main_path)
-            prompts = [r.body for r in records if r.kind == "prompt"]
-            self.assertEqual(prompts[-1], "final prompt")
-            for earlier in worker.accepted[worker.main_path]:
-                self.assertIn(earlier, prompts)
+            worker.accepted[worker.main_path].append("final prompt")
+            worker.assertWhole(records, worker.main_path, f"{worker.pid} final")
+            self.assertEqual([r.body for r in records if r.kind == "prompt"][-1], "final prompt")
         if os.environ.get("NAGENT_FAULTS_REPORT"):
-            sys.stderr.write(f"\n{launched} invocations, {kills} kills, {torn_tails} torn tails, "
-                             f"{time.monotonic() - started:.1f} s\n")
+            sys.stderr.write(f"\n{launched} invocations in {time.monotonic() - started:.1f} s\n")
             for key, count in sorted(figures.items(), key=str):
                 sys.stderr.write(f"  {key if isinstance(key, str) else ' / '.join(key)}: {count}\n")

@@ -5,8 +5,10 @@ conversation file written in-process, so most of these subprocesses cost ~0.1 s.
 import json
 import os
 import pty
+import subprocess
 import sys
 
+from base import BIN
 from test_loop import NagentRunCase
 
 from nagent_conversation import ConversationWriter
@@ -30,8 +32,8 @@ class ConversationIdentityTest(NagentRunCase):
 
         # Through a wrapper shell, prompt on stdin: same session, so the same file.
         self.fake.reply("<nagent-response>second answer</nagent-response>")
-        nagent = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bin", "nagent")
-        wrapped = self.run_tool_cmd(["sh", "-c", f'"{sys.executable}" "{nagent}"'], input="stdin prompt\n")
+        wrapped = subprocess.run(["sh", "-c", f'"{sys.executable}" "{BIN}/nagent"'], input="stdin prompt\n",
+                                 capture_output=True, text=True, env=self.env, cwd=self.cwd, timeout=120)
         self.assertEqual((wrapped.returncode, wrapped.stdout), (0, "second answer\n"), wrapped.stderr)
         after = self.read_bytes(path)
         self.assertTrue(after.startswith(before))
@@ -68,11 +70,6 @@ class ConversationIdentityTest(NagentRunCase):
         self.assertNotEqual(first_user[1], other_user[1])  # session facts name the cwd
         self.assertIn(other_cwd, other_user[1])
 
-    def run_tool_cmd(self, cmd, input=None):
-        import subprocess
-        return subprocess.run(cmd, input=input, capture_output=True, text=True, env=self.env,
-                              cwd=self.cwd, timeout=120)
-
     def test_paths_selected_by_default_pid_and_conversation(self):
         status = self.json_of(self.nagent("--status", "--json"))
         self.assertEqual(status["conversation"], self.default_path())
@@ -91,18 +88,12 @@ class ConversationIdentityTest(NagentRunCase):
         leader, follower = pty.openpty()
         self.addCleanup(os.close, leader)
         with open(follower, "rb", closefd=True) as tty:
-            import subprocess
-            proc = subprocess.run([sys.executable, os.path.join(self.bin_dir(), "nagent")], stdin=tty,
+            proc = subprocess.run([sys.executable, os.path.join(BIN, "nagent")], stdin=tty,
                                   capture_output=True, text=True, env=self.env, cwd=self.cwd, timeout=60)
         self.assertOneError(proc, 2, "no prompt")
         self.assertOneError(self.nagent("--status", "--clear"), 2, "one lifecycle flag")
         self.assertOneError(self.nagent("--status", "a prompt"), 2, "takes no prompt")
         self.assertEqual(self.generation_requests(), [])
-
-    @staticmethod
-    def bin_dir():
-        from base import BIN
-        return BIN
 
     def test_unsafe_conversation_names_are_rejected(self):
         for args in (("--conversation", "../escape", "hi"), ("--conversation", "a/b", "hi"),
@@ -128,8 +119,8 @@ class LifecycleCommandsTest(NagentRunCase):
             writer.append("context", "session\n</initial_context>", {"part": "session"})
             writer.append("prompt", question, {"source": "argv"})
             writer.append("reply", "<nagent-shell>echo hi</nagent-shell>", {"valid": "true"})
-            writer.append("result", "<nagent-shell-result>\nexit_code: 0\nstdout:\nhi\n</nagent-shell-result>",
-                          {"action": "shell"})
+            writer.append("result", "<nagent-shell-result>\nexit_code: 0\nstdout:\nhi\n"
+                          "</nagent-shell-result>", {"action": "shell"})
             writer.append("reply", "<nagent-response>turn two answer</nagent-response>", {"valid": "true"})
             writer.append("stats", json.dumps(STATS))
 

@@ -315,6 +315,7 @@ class GuardTest(NagentRunCase):
         self.assertIn("same action 3 times", self.request_text(requests[3]))
         self.assertNotIn("same action", self.request_text(requests[2]))
         self.assertIn("Stop here", self.messages(requests[4])[-1][1][-1])
+        self.assertEqual(len(self.kinds(data["conversation"], "result")), 3)  # the 4th never ran
 
 
 class ProviderFailureTest(NagentRunCase):

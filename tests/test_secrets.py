@@ -1,7 +1,8 @@
 """Provider keys never land anywhere nagent writes or prints.
 
 Every key variable is set to a unique marker value; the config names its endpoint's key only as
-"${CORP_KEY}". A scripted session runs `env`, cats the config files, reads nagent's own
+"${CORP_KEY}" (a second endpoint holds a literal key: only the config file may contain that one).
+A scripted session runs `env`, cats the config files, reads nagent's own
 environment through /proc (what a hostile model would try), pushes that past the inline cap into
 a side file, then meets a provider error whose text echoes the key; uploads go through
 nagent-llm-upload, once fine and once failing the same way. Afterwards no file under the test's
@@ -34,10 +35,14 @@ class SecretsTest(FakeVendorTestCase):
         self.env.update(self.markers)
         self.env.pop("GEMINI_API_KEY")   # both set makes the google SDK print a warning
         self.markers.pop("GEMINI_API_KEY")
+        # corp names its key as "${CORP_KEY}"; corp2 holds one literally (only that file may).
+        self.markers["literal"] = marker("literal")
         self.write_config({
             "provider": "corp", "retry": {"base_delay": 0, "max_delay": 0, "max_attempts": 1},
             "providers": {"corp": {"base_url": self.fake.url + "/v1", "api_key": "${CORP_KEY}",
-                                   "model": "corp-model"}}})
+                                   "model": "corp-model"},
+                          "corp2": {"base_url": self.fake.url + "/v1", "api_key": self.markers["literal"],
+                                    "model": "corp-model"}}})
         self.write_file(os.path.join(self.home, ".nagent", "config.json"),
                         json.dumps({"providers": {"openai": {"api_key": "${OPENAI_API_KEY}"}}}))
         self.outputs = []
@@ -103,10 +108,11 @@ class SecretsTest(FakeVendorTestCase):
         self.assertTrue(any("full output in" in body for body in results))
         self.assertIn(self.markers["CORP_KEY"], self.fake.seen_keys)
 
-        # A failing call without --json: the error line goes to stderr.
-        self.fake.fault(401, body=self.leaked_echo("openai", self.markers["CORP_KEY"]))
-        proc = self.tool("nagent", "--conversation", "secrets", "again")
+        # A failing call without --json (the error line goes to stderr), with the literal key.
+        self.fake.fault(401, body=self.leaked_echo("openai", self.markers["literal"]))
+        proc = self.tool("nagent", "--conversation", "secrets", "--provider", "corp2", "again")
         self.assertCleanError(proc, code=5)
+        self.assertIn(self.markers["literal"], self.fake.seen_keys)
 
         # Uploads: one fine (JSON on stdout), one whose 401 echoes the key.
         upload = self.write_file("notes.txt", "plain notes\n")
@@ -118,20 +124,7 @@ class SecretsTest(FakeVendorTestCase):
         proc = self.tool("nagent-llm-upload", "--provider", "google", "--file", upload,
                          "--prompt", "summarise")
         self.assertNotEqual(proc.returncode, 0)
-        self.assertNoMarkers()
-
-    def test_literal_key_in_config_is_redacted_too(self):
-        literal = marker("literal")
-        self.markers["literal"] = literal
-        self.write_config({
-            "provider": "corp", "retry": {"base_delay": 0, "max_delay": 0, "max_attempts": 1},
-            "providers": {"corp": {"base_url": self.fake.url + "/v1", "api_key": literal,
-                                   "model": "corp-model"}}})
-        self.fake.reply('<nagent-shell>\ncat "$NAGENT_CONFIG"\n</nagent-shell>')
-        self.fake.fault(401, body=self.leaked_echo("openai", literal))
-        proc = self.tool("nagent", "--conversation", "literal", "show the config")
-        self.assertCleanError(proc, code=5)
-        self.assertNoMarkers(exclude={self.config_path})   # the user put it there
+        self.assertNoMarkers(exclude={self.config_path})
 
 
 class StreamRedactionTest(HermeticTestCase):

@@ -15,10 +15,12 @@ from test_cache_requests import InProcessCase
 import nagent_window as win
 from nagent_config import resolve_settings
 from nagent_conversation import ConversationWriter, Record, read_records
+from nagent_errors import ConfigError
 
 GOLDEN = os.path.join(TESTS, "golden", "window")
 NOW = "2026-01-02T03:04:05Z"
-CHECKPOINT_REPLY = ("Here is the checkpoint.\n\n## Goal\nAudit the logs.\n\n## Decisions\n- Read whole files.\n\n"
+CHECKPOINT_REPLY = ("Here is the checkpoint.\n\n## Goal\nAudit the logs.\n\n"
+                    "## Decisions\n- Read whole files.\n\n"
                     "## Current state\nSome files read.\n\n## Next steps\n- Read the rest.\n\n"
                     "## Open questions\n- None.\n\n## User notes\nthe model must not write this\n")
 
@@ -82,6 +84,10 @@ class CheckpointTextTest(HermeticTestCase):
         self.write_config({"provider": "corp", "providers": {"corp": {"base_url": "http://x/v1",
                                                                      "model": "m"}}})
         self.assertEqual(win.window_settings(resolve_settings({}, self.env)).window_max_bytes, 400_000)
+        for bad in ("big", -1, True):
+            self.write_config({"provider": "anthropic", "window_max_bytes": bad})
+            with self.assertRaises(ConfigError):
+                win.window_settings(resolve_settings({}, self.env))
 
     def test_compose_keeps_schema_drops_preamble_and_keeps_user_notes_verbatim(self):
         first = win.compose_checkpoint(CHECKPOINT_REPLY, "", 1234, 1, NOW)
@@ -91,7 +97,8 @@ class CheckpointTextTest(HermeticTestCase):
         self.assertNotIn("the model must not write this", first)
         for name in win.SCHEMA:
             self.assertIn(f"## {name}\n", first)
-        self.assertEqual(win.parse_checkpoint_meta(first), {"written": NOW, "covers_bytes": 1234, "window": 1})
+        self.assertEqual(win.parse_checkpoint_meta(first),
+                         {"written": NOW, "covers_bytes": 1234, "window": 1})
         edited = first + "- prefer make -j4   (my note, odd  spacing)\n"
         fenced = "```markdown\n## Goal\nNew goal.\n```"
         second = win.compose_checkpoint(fenced, edited, 5678, 2, NOW)
@@ -200,7 +207,8 @@ class RebuildRecordsTest(HermeticTestCase):
     def test_tail_is_raw_and_large_results_become_pointers(self):
         old = sample_window()
         new_records, side_files = self.rebuild(old)
-        tail = [(kind, body, attrs) for kind, body, attrs in new_records if attrs and attrs.get("carried") == "tail"]
+        tail = [(kind, body, attrs) for kind, body, attrs in new_records
+                if attrs and attrs.get("carried") == "tail"]
         self.assertEqual(tail[-1][2]["moved"], side_files[-1][0])
         by_seq = {r.seq: r for r in old}
         sent = [r for r in old if r.kind in win.SENT_KINDS]
@@ -266,7 +274,8 @@ class WindowLoopTest(InProcessCase):
 
     def make_logs(self, count, size):
         for index in range(count):
-            self.write_file(f"logs/{index}.txt", "".join(f"{index}:{n} event ok\n" for n in range(size // 12)))
+            lines = "".join(f"{index}:{n} event ok\n" for n in range(size // 12))
+            self.write_file(f"logs/{index}.txt", lines)
 
     def test_checkpoint_cadence_follows_the_file_on_disk_and_user_edits_survive(self):
         self.configure(checkpoint_every_bytes=6000, window_max_bytes=0)
@@ -429,8 +438,8 @@ class CompactCommandTest(InProcessCase):
     PROVIDER = "google"  # the cheapest SDK to import in the subprocess
 
     def test_compact_flag_starts_a_new_window(self):
-        script = Script(["<nagent-shell>echo hello</nagent-shell>", "<nagent-response>done</nagent-response>"],
-                        self.path())
+        script = Script(["<nagent-shell>echo hello</nagent-shell>",
+                         "<nagent-response>done</nagent-response>"], self.path())
         self.fake.reply_fn(script)
         self.assertEqual(self.run_prompt("Say hello.").exit_code, 0)
         before = read_records(self.path())

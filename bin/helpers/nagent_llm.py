@@ -277,10 +277,10 @@ def finish_result(raw, request, settings, attempts, elapsed):
     )
 
 
-def generate_text(text, settings=None, **options):
+def generate_text(text, settings=None, client=None, **options):
     """The smallest primitive: one text in, one Result out."""
     settings = resolve_settings() if settings is None else settings
-    return generate(text_request(text, **options), settings)
+    return generate(text_request(text, **options), settings, client=client)
 
 
 def list_models(settings):

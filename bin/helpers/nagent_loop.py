@@ -64,6 +64,12 @@ class Run:
         self.append("stats", json.dumps(body, sort_keys=True))
 
 
+    def provider_client(self):
+        if self.client is None:
+            import nagent_llm
+            self.client = nagent_llm.make_client(self.session.settings)
+        return self.client
+
     def count_call(self, result):
         config = self.session.settings.config
         self.run_stats = add_result(self.run_stats, result, config)
@@ -87,9 +93,8 @@ def call_llm(run, spinner):
     import nagent_llm
     run.calls += 1
     try:
-        if run.client is None:
-            run.client = nagent_llm.make_client(session.settings)
-        result = nagent_llm.generate(request, session.settings, on_retry=on_retry, client=run.client)
+        result = nagent_llm.generate(request, session.settings, on_retry=on_retry,
+                                     client=run.provider_client())
     except ProviderError as error:
         run.append("error", error.line(), {"status": str(error.status or error.error_type)})
         raise
@@ -223,12 +228,13 @@ def _loop(run, prompt, source):
                 final = clean_user_output(responses[-1].body) if responses else ""
                 return outcome(run, final, EXIT_CODES["ok"])
             repeated = repeated_too_often(run, actions, session.limits.repeat_limit)
+            if repeated and run.recent_actions[-1][1] > session.limits.repeat_limit:
+                # Past the warning: stop without running the same thing yet again.
+                return final_summary(run, spinner, LimitError(
+                    "the model repeated the same action", run.recent_actions[-1][1],
+                    "the conversation keeps every step; rephrase the task"))
             process_tags(run, actions)
             if repeated:
-                if run.recent_actions[-1][1] > session.limits.repeat_limit:
-                    return final_summary(run, spinner, LimitError(
-                        "the model repeated the same action", run.recent_actions[-1][1],
-                        "the conversation keeps every step; rephrase the task"))
                 run.append("system", f"<system>You have run the same action "
                            f"{run.recent_actions[-1][1]} times in a row with the same result. Do "
                            "something different or give your final <nagent-response>.</system>")

@@ -46,7 +46,9 @@ def call(client, request, settings):
     last_user = max((i for i, m in enumerate(request.messages) if m.role == "user"), default=-1)
     contents = []
     for index, message in enumerate(request.messages):
-        parts = [types.Part(text=part) for part in message.parts if part]
+        # One part per message: Gemini caches by prefix, not by part, and the SDK's per-part
+        # conversion costs grow with the conversation on every call (measured in turns.py).
+        parts = [types.Part(text=message.text)] if message.text else []
         if index == last_user and request.attachments:
             parts = attachment_parts(client, request.attachments) + parts
         contents.append(types.Content(role="model" if message.role == "assistant" else "user",

@@ -53,11 +53,21 @@ def window_settings(settings):
     window = settings.provider.context_window
     default_max = int(window * 4 * 0.5) if window else 400_000
     return WindowSettings(
-        checkpoint_every_bytes=int(config.get("checkpoint_every_bytes", 200_000)),
-        window_max_bytes=int(config.get("window_max_bytes", default_max)),
-        tail_bytes=int(config.get("window_tail_bytes", 40_000)),
-        side_threshold=int(config.get("side_threshold_bytes", 4096)),
+        checkpoint_every_bytes=_byte_setting(config, "checkpoint_every_bytes", 200_000),
+        window_max_bytes=_byte_setting(config, "window_max_bytes", default_max),
+        tail_bytes=_byte_setting(config, "window_tail_bytes", 40_000),
+        side_threshold=_byte_setting(config, "side_threshold_bytes", 4096),
     )
+
+
+def _byte_setting(config, key, default):
+    value = config.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        from nagent_errors import ConfigError
+        raise ConfigError(f"{key} must be a number of bytes >= 0 (0 turns it off)", repr(value))
+    return int(value)
 
 
 # -- checkpoint text (pure) ----------------------------------------------------------------
@@ -89,7 +99,9 @@ def checkpoint_due(size, meta, every):
 
 def user_notes(text):
     index = text.find("\n" + USER_NOTES)
-    return text[index + 1:].rstrip() + "\n" if index >= 0 else f"{USER_NOTES}\n\n(anything written here is kept verbatim)\n"
+    if index < 0:
+        return f"{USER_NOTES}\n\n(anything written here is kept verbatim)\n"
+    return text[index + 1:].rstrip() + "\n"
 
 
 def checkpoint_prompt(previous, transcript):
@@ -284,8 +296,9 @@ def retire_stale_checkpoint(conversation, window, size):
     text, meta = read_checkpoint(conversation)
     if not is_stale(meta, size, window):
         return False
-    archive_copy(checkpoint_path(conversation), text.encode("utf-8"), file_mode(checkpoint_path(conversation)))
-    os.unlink(checkpoint_path(conversation))
+    path = checkpoint_path(conversation)
+    archive_copy(path, text.encode("utf-8"), file_mode(path))
+    os.unlink(path)
     return True
 
 
@@ -307,17 +320,11 @@ def refresh_checkpoint(run, now):
     size = os.path.getsize(run.session.path)
     window = current_window(records)
     retire_stale_checkpoint(run.session.path, window, size)
-    results = []
-
-    def call(prompt):
-        result = generate_text(prompt, run.session.settings)
-        results.append(result)
-        return result
-
-    text, _ = write_checkpoint(run.session.path, records, size, run.session.settings, call, now,
-                               window=window)
-    for result in results:
-        run.count_call(result)
+    settings = run.session.settings
+    text, result = write_checkpoint(run.session.path, records, size, settings,
+                                    lambda prompt: generate_text(prompt, settings, client=run.provider_client()),
+                                    now, window=window)
+    run.count_call(result)
     return text
 
 
@@ -371,12 +378,21 @@ def rebuild_window(run, now, reason="size"):
 def maybe_compact(run, now):
     """Between turns: refresh the checkpoint when due; rebuild when the window is too big."""
     w = window_settings(run.session.settings)
-    size = os.path.getsize(run.session.path)
-    if w.window_max_bytes > 0 and size > w.window_max_bytes and \
-            window_growth(run.writer.records(), size) >= w.window_max_bytes // 4:
-        return rebuild_window(run, now)
-    maybe_checkpoint(run, now)
+    try:
+        size = os.path.getsize(run.session.path)
+        if w.window_max_bytes > 0 and size > w.window_max_bytes and \
+                window_growth(run.writer.records(), size) >= w.window_max_bytes // 4:
+            return rebuild_window(run, now)
+        maybe_checkpoint(run, now)
+    except OSError as error:
+        raise _io_error(run.session.path, error) from None
     return None
+
+
+def _io_error(path, error):
+    from nagent_errors import InputError
+    return InputError("cannot write the checkpoint or new window", getattr(error, "filename", None)
+                      or path, error.strerror or str(error))
 
 
 def compact_now(path, options):
@@ -390,7 +406,10 @@ def compact_now(path, options):
     session = build_session(options, dict(os.environ), os.getcwd())
     with ConversationWriter(session.path, lock_timeout=session.limits.lock_timeout) as writer:
         run = Run(session, writer)
-        info = rebuild_window(run, utc_now(), reason="requested")
+        try:
+            info = rebuild_window(run, utc_now(), reason="requested")
+        except OSError as error:
+            raise _io_error(session.path, error) from None
     info["conversation"] = session.path
     info["totals"] = run.conv_stats.as_dict()
     return info, (f"window {info['window']} started; previous window archived at {info['archived']}"
