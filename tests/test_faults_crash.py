@@ -16,11 +16,10 @@ invocation must continue the conversation and succeed. Set NAGENT_FAULTS_REPORT=
 the kill figures.
 
 A fresh bin/nagent spends about a second importing the SDK before its first model call, so 50+
-fresh kills and their follow-ups would cost minutes of CPU. A zygote process imports the SDK
-once and forks one child per invocation that runs the bin/nagent file itself (runpy, as
-__main__): a separate process whose files, locks and death behave as bin/nagent's. The zygote
-is single-threaded (safe to fork), reaps its children and kills only its own live children.
-FRESH_SHARE of the killed invocations, and each worker's last run, start a fresh bin/nagent.
+fresh kills and their follow-ups would cost minutes of CPU: most invocations are children of
+the zygote (see test_concurrency), separate processes running the bin/nagent file with the SDK
+already imported. FRESH_SHARE of the killed invocations, and each worker's last run, start a
+fresh `python3 bin/nagent`.
 """
 import collections
 import json
@@ -32,8 +31,9 @@ import threading
 import time
 import types
 
-from base import BIN, HELPERS, HermeticTestCase, clean_environ
+from base import HermeticTestCase, clean_environ
 from fakes import FakeVendor, ReplySpec
+from test_concurrency import NAGENT, Zygote
 
 import nagent_actions
 import nagent_conversation
@@ -49,159 +49,9 @@ TIME_KILL_MAX = 1.5            # a fresh process: start-up + ~1 s of SDK import 
 FORKED_TIME_KILL_MAX = 0.6     # a zygote child has the SDK already: the script alone
 AFTER_CALL_KILL_MAX = 0.3
 FRESH_SHARE = 0.12
-NAGENT = os.path.join(BIN, "nagent")
 CONFIG = {"provider": "openai", "retry": {"base_delay": 0, "max_delay": 0}, "lock_timeout": 10,
           # no checkpoint or window rebuild: their extra model calls would eat scripted replies
           "checkpoint_every_bytes": 10 ** 12, "window_max_bytes": 10 ** 12}
-
-ZYGOTE_SOURCE = r"""
-import json, os, runpy, select, sys
-sys.path.insert(0, sys.argv[1])
-import openai  # noqa: F401 - the import every fresh bin/nagent pays for
-import nagent_commands, nagent_loop, nagent_session, nagent_provider_openai, nagent_actions  # noqa
-children, buffer = set(), b""
-
-def say(*words):
-    sys.stdout.write(" ".join(map(str, words)) + "\n")
-    sys.stdout.flush()
-
-def child(job):
-    code = 1
-    try:
-        os.chdir(job["cwd"])
-        os.environ.clear()
-        os.environ.update(job["env"])
-        for fd, path in ((0, os.devnull), (1, job["stdout"]), (2, job["stderr"])):
-            os.dup2(os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC * (fd > 0), 0o600), fd)
-        sys.argv = [job["script"], *job["args"]]
-        runpy.run_path(job["script"], run_name="__main__")
-        code = 0
-    except SystemExit as stop:
-        code = stop.code if isinstance(stop.code, int) else int(stop.code is not None)
-    except BaseException:
-        import traceback
-        traceback.print_exc()
-    finally:
-        try:
-            sys.stdout.flush()
-            sys.stderr.flush()
-        finally:
-            os._exit(code)  # never back into the zygote's loop
-
-def warm(job):
-    # One real run in the zygote itself: the SDK's lazy imports and type caches are filled
-    # once here instead of in every child.
-    import contextlib, gc, io
-    saved, cwd = dict(os.environ), os.getcwd()
-    os.environ.update(job["env"])
-    os.chdir(job["cwd"])
-    sys.argv = [job["script"], *job["args"]]
-    try:
-        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-            runpy.run_path(job["script"], run_name="__main__")
-    except SystemExit:
-        pass
-    os.environ.clear()
-    os.environ.update(saved)
-    os.chdir(cwd)
-    gc.collect()
-    gc.freeze()  # children's collections then leave the shared pages alone (no copy-on-write)
-    say("warm", 0, 0)
-
-while True:
-    ready = select.select([0], [], [], 0.005)[0]
-    while children:
-        pid, status = os.waitpid(-1, os.WNOHANG)
-        if pid == 0:
-            break
-        children.discard(pid)
-        say("exit", pid, os.waitstatus_to_exitcode(status))
-    data = os.read(0, 65536) if ready else b"-"
-    if not data:
-        break
-    buffer += data if ready else b""
-    while b"\n" in buffer:
-        line, buffer = buffer.split(b"\n", 1)
-        job = json.loads(line)
-        if job["op"] == "warm":
-            warm(job)
-        elif job["op"] == "spawn":
-            pid = os.fork()
-            if pid == 0:
-                child(job)
-            children.add(pid)
-            say("spawned", job["id"], pid)
-        elif job["op"] == "kill" and job["pid"] in children:
-            os.kill(job["pid"], 9)
-for pid in children:
-    os.kill(pid, 9)
-"""
-
-
-class Zygote:
-    def __init__(self, root):
-        self.proc = subprocess.Popen([sys.executable, "-c", ZYGOTE_SOURCE, HELPERS], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, text=True, env=clean_environ())
-        self.events = {"spawned": {}, "exit": {}, "warm": {}}
-        self.spawned, self.exits, self.serial = self.events["spawned"], self.events["exit"], 0
-        self.changed = threading.Condition()
-        threading.Thread(target=self._read, daemon=True).start()
-        with FakeVendor() as fake:
-            fake.reply_fn(lambda record: "<nagent-response>warm</nagent-response>")
-            env = dict(clean_environ(), HOME=root, NAGENT_CONFIG=os.path.join(root, "none.json"),
-                       NAGENT_NO_SPINNER="1", **fake.env())
-            self.send({"op": "warm", "script": NAGENT, "args": ["warm up"], "env": env, "cwd": root})
-            with self.changed:
-                if not self.changed.wait_for(lambda: self.events["warm"], timeout=120):
-                    raise AssertionError("the zygote did not warm up")
-
-    def _read(self):
-        for line in self.proc.stdout:
-            word, key, value = line.split()
-            with self.changed:
-                self.events[word][int(key)] = int(value)
-                self.changed.notify_all()
-
-    def send(self, job):
-        self.proc.stdin.write(json.dumps(job) + "\n")
-        self.proc.stdin.flush()
-
-    def spawn(self, args, env, cwd, stdout, stderr):
-        self.serial += 1
-        self.send({"op": "spawn", "id": self.serial, "script": NAGENT, "args": args, "env": env,
-                   "cwd": cwd, "stdout": stdout, "stderr": stderr})
-        with self.changed:
-            if not self.changed.wait_for(lambda: self.serial in self.spawned, timeout=60):
-                raise AssertionError("the zygote did not fork")
-            return Forked(self, self.spawned.pop(self.serial))
-
-    def close(self):
-        self.proc.stdin.close()
-        self.proc.wait(timeout=30)
-
-
-class Forked:
-    """poll / kill / wait / returncode of a zygote child, like subprocess.Popen."""
-
-    def __init__(self, zygote, pid):
-        self.zygote, self.pid = zygote, pid
-
-    @property
-    def returncode(self):
-        return self.zygote.exits.get(self.pid)
-
-    def poll(self):
-        return self.returncode
-
-    def kill(self):
-        self.zygote.send({"op": "kill", "pid": self.pid})
-
-    def wait(self, timeout=60):
-        with self.zygote.changed:
-            if not self.zygote.changed.wait_for(lambda: self.pid in self.zygote.exits, timeout=timeout):
-                raise AssertionError(f"zygote child {self.pid} did not exit")
-        return self.returncode
-
 
 def read_or_none(path):
     try:
@@ -322,10 +172,12 @@ class Worker:
         with open(target, "rb") as handle:
             old = handle.read()
         new = f"# {os.path.basename(target)} version {n}\n" * 3
-        texts = [f'<nagent-write path="{target}">{new}</nagent-write>', f"<nagent-response>edited {n}</nagent-response>"]
+        texts = [f'<nagent-write path="{target}">{new}</nagent-write>',
+                 f"<nagent-response>edited {n}</nagent-response>"]
         return types.SimpleNamespace(
             kind="file-edit", args=["--file-edit", target, "--pid", self.pid], target=target,
-            response=f"edited {n}\n", script=[ReplySpec(text, delay=rng.uniform(0.02, 0.15)) for text in texts],
+            response=f"edited {n}\n",
+            script=[ReplySpec(text, delay=rng.uniform(0.02, 0.15)) for text in texts],
             files={target: (old, new.encode())}, json_files=[self.index_path])
 
     def conversation_of(self, plan):

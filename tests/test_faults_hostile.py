@@ -78,8 +78,8 @@ class BigInputTest(HostileCase):
         for name in os.listdir(archive) if os.path.isdir(archive) else ():
             old = nagent_conversation.read_records(os.path.join(archive, name))
             self.assertIn(prompt, [r.body for r in old if r.kind == "prompt"])
-        sent = self.fake.requests[-1]["body"].decode("utf-8")
-        self.assertIn(json.dumps(prompt[:5000])[1:-1], sent)
+        sent = self.fake.requests[-1]["json"]["input"]
+        self.assertTrue(any(prompt in item["content"] for item in sent if item["role"] == "user"))
 
     def test_one_gigabyte_sparse_file_is_refused_without_reading_it(self):
         sparse = os.path.join(self.tmpdir, "sparse.img")
@@ -102,6 +102,10 @@ class BigInputTest(HostileCase):
         self.assertIn(str(GIB), huge)
         self.assertFalse(os.path.exists(os.path.join(self.tmpdir, "nagent-splits")))
         self.assertLess(os.path.getsize(self.path), 64 * 1024)
+        # A per-file edit session on it is refused before the file is hashed or split.
+        proc = self.run_tool("nagent", "--file-edit", text_like, "edit it")
+        self.assertCleanError(proc, code=6, contains="too large to split")
+        self.assertFalse(os.path.exists(os.path.join(self.tmpdir, "nagent-splits")))
 
     def test_binary_files_are_not_shown_or_split(self):
         small = self.write_file("small.bin", b"\x7fELF\x00\x01\x02" * 100, mode="wb")
@@ -119,7 +123,8 @@ class BigInputTest(HostileCase):
             self.assertIn("binary file", body)
         self.assertIn("not UTF-8", results[3])
         self.assertNotIn("\x00", self.read_bytes(self.path).decode("utf-8"))
-        self.assertFalse(os.path.exists(os.path.join(self.tmpdir, "nagent-splits")))
+        for _, _, names in os.walk(self.tmpdir):
+            self.assertEqual(names, [])  # nothing was split
 
 
 class ChangingFileTest(HostileCase):
@@ -146,18 +151,20 @@ class ChangingFileTest(HostileCase):
         writer.start()
         self.addCleanup(writer.join)
         self.addCleanup(stop.set)
-        out = os.path.join(self.tmp, "split")
+        out, splits = os.path.join(self.tmp, "split"), 0
         for _ in range(40):
             try:
                 index = split_lib.split_file(source, out)
-            except InputError as error:  # e.g. a cut inside a multi-byte char: refused, clearly
+            except InputError as error:  # e.g. the file vanished mid-replace: refused, clearly
                 self.assertTrue(error.line().startswith("Error: "))
                 continue
+            splits += 1
             joined = b"".join(self.read_bytes(os.path.join(out, s["file"])) for s in index["segments"])
             self.assertEqual(hashlib.sha256(joined).hexdigest(), index["source_sha256"])
             self.assertEqual(len(joined), index["source_size"])
         stop.set()
         writer.join()
+        self.assertGreater(splits, 0)
         # Whatever the last split saw, a patch against a source that moved on is refused.
         index = split_lib.split_file(source, out)
         with open(source, "ab") as handle:
@@ -172,6 +179,7 @@ class ChangingFileTest(HostileCase):
         with open(source, "w", encoding="utf-8") as handle:
             handle.writelines(f"entry {i}\n" for i in range(8000))
         self.fake.reply(f'<nagent-file-read path="{source}"/>')
+        self.fake.reply("<nagent-response>split</nagent-response>")
         outcome_first = self.loop("split it")
         self.assertEqual(outcome_first.exit_code, 0)
         body = self.results()[0]
@@ -203,8 +211,11 @@ class EnvironmentTest(HostileCase):
     def test_deleted_cwd(self):
         gone = os.path.join(self.cwd, "gone")
         os.mkdir(gone)
-        proc = self.run_in(f'cd "{gone}" && rmdir "{gone}"', "--conversation", "hostile", "hello")
-        self.assertCleanError(proc, code=6, contains="current directory no longer exists")
+        target = self.write_file("target.py", "x = 1\n")
+        for args in (["--conversation", "hostile", "hello"], ["--file-edit", target, "hello"]):
+            os.makedirs(gone, exist_ok=True)
+            proc = self.run_in(f'cd "{gone}" && rmdir "{gone}"', *args)
+            self.assertCleanError(proc, code=6, contains="current directory no longer exists")
         self.assertFalse(os.path.exists(self.path))
         os.mkdir(gone)
         proc = self.run_in(f'cd "{gone}" && rmdir "{gone}"', "--conversation", "hostile", "--status")
@@ -234,19 +245,20 @@ class EnvironmentTest(HostileCase):
                                    sys.executable, NAGENT, *args], capture_output=True, text=True,
                                   env=self.env, cwd=self.cwd, stdin=subprocess.DEVNULL, timeout=120)
         for args in (["--conversation", "hostile", "go"], ["--conversation", "fresh", "go"], ["go"],
-                     ["--clear"]):
+                     ["--conversation", "hostile", "--clear"]):
             proc = run(*args)
             self.assertCleanError(proc, code=6, contains="Read-only file system")
         proc = run("--conversation", "hostile", "--status")
         self.assertEqual(proc.returncode, 0, proc.stderr)
-        self.assertIn("turns: 1", proc.stdout)
+        self.assertIn(f"size: {len(data)} bytes", proc.stdout)
         self.assertEqual(self.read_bytes(self.path), data)
         self.assertEqual(sorted(os.listdir(self.conversations)), ["hostile"])
 
     def test_nagent_home_is_a_file(self):
         with open(os.path.join(self.home, ".nagent"), "w", encoding="utf-8") as handle:
             handle.write("not a directory\n")
-        for args in (["go"], ["--conversation", "x", "go"], ["--file-edit", self.write_file("a.py", "x\n"), "go"]):
+        target = self.write_file("a.py", "x\n")
+        for args in (["go"], ["--conversation", "x", "go"], ["--file-edit", target, "go"]):
             proc = self.run_tool("nagent", *args)
             self.assertCleanError(proc, code=6, contains="Not a directory")
         proc = self.run_tool("nagent", "--status")
@@ -262,7 +274,7 @@ class EnvironmentTest(HostileCase):
             self.assertCleanError(proc, code=3)
             self.assertFalse(os.path.exists(self.path), raw)
         os.unlink(self.config_path)
-        os.makedirs(os.path.join(self.home, ".nagent"))
+        os.makedirs(os.path.join(self.home, ".nagent"), exist_ok=True)
         with open(os.path.join(self.home, ".nagent", "config.json"), "wb") as handle:
             handle.write(b'{"provider": "openai",')
         proc = self.run_tool("nagent", "--conversation", "hostile", "hello")
@@ -279,8 +291,8 @@ class OddConversationTest(HostileCase):
     def test_hand_edits_are_tolerated_and_never_rewritten(self):
         record = nagent_conversation.encode_record
         odd = {
-            "notes and stray footers": b"hand-written note\n" + record(1, "prompt", "first", {"source": "argv"})
-            + b"</nagent-record>\nmore notes\n",
+            "notes and stray footers": b"hand-written note\n"
+            + record(1, "prompt", "first", {"source": "argv"}) + b"</nagent-record>\nmore notes\n",
             "missing footer": record(1, "prompt", "one", {}).replace(b"</nagent-record>\n", b"")
             + record(2, "prompt", "two", {}),
             "crlf and bad utf-8": record(1, "prompt", "caf\xe9", {}).replace(b"\n", b"\r\n")

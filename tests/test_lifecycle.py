@@ -63,12 +63,14 @@ class ConversationIdentityTest(NagentRunCase):
         self.assertNotIn("half a rep", self.request_text(requests[1]))
         self.assertPrefixChain(requests[:2])
         # The static start of the initial context is byte-identical across conversations.
-        first_user = self.messages(requests[0])[0][1]
-        other_user = self.messages(requests[2])[0][1]
-        self.assertTrue(first_user[0].startswith("<initial_context>"))
-        self.assertEqual(first_user[0], other_user[0])
-        self.assertNotEqual(first_user[1], other_user[1])  # session facts name the cwd
-        self.assertIn(other_cwd, other_user[1])
+        first_user = "".join(self.messages(requests[0])[0][1])
+        other_user = "".join(self.messages(requests[2])[0][1])
+        self.assertTrue(first_user.startswith("<initial_context>"))
+        static_end = first_user.index("date (UTC)")
+        self.assertGreater(static_end, 2000)
+        self.assertEqual(first_user[:static_end], other_user[:static_end])
+        self.assertNotIn(other_cwd, first_user[:static_end])
+        self.assertIn(other_cwd, other_user[static_end:])  # session facts name the cwd
 
     def test_paths_selected_by_default_pid_and_conversation(self):
         status = self.json_of(self.nagent("--status", "--json"))

@@ -118,10 +118,13 @@ class NagentRunCase(FakeVendorTestCase):
         return "\n".join(part for _, part in cls.flat(record))
 
     def assertPrefixChain(self, requests):
-        """Each request's (role, part) sequence is a prefix of the next one's."""
+        """Each request, serialised role by role, is a byte prefix of the next one (providers that
+        take one text per message join a growing last message, so compare text, not parts)."""
+        def serial(record):
+            return "".join(f"\x00{role}\x00{part}" for role, part in self.flat(record))
         for index in range(len(requests) - 1):
-            before, after = self.flat(requests[index]), self.flat(requests[index + 1])
-            self.assertEqual(after[:len(before)], before, f"request {index} is not a prefix of {index + 1}")
+            before, after = serial(requests[index]), serial(requests[index + 1])
+            self.assertTrue(after.startswith(before), f"request {index} is not a prefix of {index + 1}")
 
     def assertOneError(self, proc, code, contains=None):
         self.assertCleanError(proc, code=code, contains=contains)
@@ -281,7 +284,7 @@ class FormatRetryLimitTest(NagentRunCase):
             self.assertIn(f"record {reply.seq}", correction.body)
         last = self.messages(requests[-1])
         self.assertEqual([role for role, _ in last], ["user"])  # no invalid reply went back
-        self.assertEqual(sum(p.startswith("<system>Invalid nagent response") for p in last[0][1]), 3)
+        self.assertEqual("".join(last[0][1]).count("and not repeated here)"), 3)
         self.assertEqual(len(self.fake.pending()), 1)
 
 

@@ -134,11 +134,18 @@ def resolve_conversation(options, environ):
 
 
 def file_edit_facts(record, context_module, action_context):
-    """Target facts for the per-file initial context; a large target starts from its split."""
+    """Target facts for the per-file initial context; a large target starts from its split.
+    The split comes first: a target too large or too binary to split is refused before the
+    whole file is hashed."""
     from nagent_actions import ensure_split
+    try:
+        large = os.path.getsize(record["path"]) > SPLIT_INLINE_LIMIT
+    except OSError:
+        large = False  # describe_file_target names the problem
+    split = ensure_split(record["path"], action_context) if large else None
     facts = context_module.describe_file_target(record["path"])
-    if facts.get("size", 0) > SPLIT_INLINE_LIMIT:
-        index_path, index, _ = ensure_split(record["path"], action_context)
+    if split:
+        index_path, index, _ = split
         facts["split_index"] = index_path
         facts["split_segments"] = [
             {"file": os.path.join(os.path.dirname(index_path), s["file"]), "first_line": s["first_line"],
