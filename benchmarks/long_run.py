@@ -97,7 +97,8 @@ class Script:
 def window_chain(path):
     """Archived windows (oldest first) then the current file, from its last stats record."""
     import nagent_conversation
-    stats = nagent_conversation.last_stats(nagent_conversation.read_records(path)) or {}
+    import nagent_conversation_tail
+    stats = nagent_conversation_tail.last_stats(nagent_conversation.read_records(path)) or {}
     return list(stats.get("windows") or []) + [path]
 
 

@@ -32,17 +32,9 @@ Data contract:
 - Keys: with `require_key` (default) a request without the vendor's key → 401 in its format;
   `valid_keys` (a set) also rejects other keys. Records keep key header *names* and redacted
   values; the key values themselves go only to `seen_keys`.
-- Anthropic prompt cache: blocks in order tools → system → each message's content (string
-  content = one text block); a block with cache_control is a breakpoint (> 4 → 400). Each
-  prefix hash chains model, role and block text. Lookup: for every breakpoint, the prefixes ending
-  at it or at up to 20 block boundaries before it; the longest one previously written is the hit
-  (cache_read_input_tokens). Every breakpoint after the hit whose prefix has ≥ `cache_min_tokens`
-  tokens is written; cache_creation_input_tokens = tokens from the hit end to the last written
-  breakpoint; input_tokens = the rest. Entries live as long as the server.
-- OpenAI / Gemini implicit caching: the prompt is serialised (tools, instructions/system, each
-  message as sorted JSON, newline-joined) and compared with every earlier prompt for the model;
-  the longest common byte prefix // 4 is the candidate. Below `cache_min_tokens` → 0; OpenAI
-  rounds down to `cache_min_tokens + k * openai_cache_step` (128), Gemini is exact.
+- Caching and token estimates: see tests/fake_caches.py; error bodies, usage objects, finish
+  mapping, SSE and multipart: tests/fake_wire.py. Every name tests imported from here before
+  the split is still importable from here.
 """
 import hashlib
 import json
@@ -56,30 +48,18 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
 from base import HermeticTestCase
+from fake_caches import (LOOKBACK, MAX_BREAKPOINTS, AnthropicCache, PrefixCache,  # noqa: F401
+                         anthropic_blocks, common_prefix_len, serialize, tokens)
+from fake_wire import FINISH, BadRequest, error_body, parse_multipart, pieces, render_usage, sse
 
 VENDORS = ("openai", "anthropic", "google")
 DEFAULT_TEXT = "fake reply"
 DEFAULT_MODELS = {"openai": ["gpt-5.5", "gpt-5-mini", "gpt-4.1-mini"],
                   "anthropic": ["claude-sonnet-4-6", "claude-haiku-4-5"],
                   "google": ["gemini-2.5-flash", "gemini-2.5-pro"]}
-# normalised finish -> (chat finish_reason, Responses incomplete reason, Anthropic, Gemini)
-FINISH = {"stop": ("stop", None, "end_turn", "STOP"),
-          "length": ("length", "max_output_tokens", "max_tokens", "MAX_TOKENS"),
-          "stop_sequence": ("stop", None, "stop_sequence", "STOP"),
-          "content_filter": ("content_filter", "content_filter", "refusal", "SAFETY")}
-ANTHROPIC_ERRORS = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
-                    404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error",
-                    500: "api_error", 504: "timeout_error", 529: "overloaded_error"}
-GOOGLE_STATUS = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED",
-                 404: "NOT_FOUND", 409: "ALREADY_EXISTS", 429: "RESOURCE_EXHAUSTED", 500: "INTERNAL",
-                 503: "UNAVAILABLE", 504: "DEADLINE_EXCEEDED"}
-OPENAI_ERRORS = {401: ("invalid_request_error", "invalid_api_key"), 403: ("invalid_request_error", None),
-                 404: ("invalid_request_error", "model_not_found"), 429: ("requests", "rate_limit_exceeded")}
 KEY_SOURCES = {"openai": ("authorization",), "anthropic": ("x-api-key", "authorization"),
                "google": ("x-goog-api-key", "?key")}
 SECRET_HEADERS = ("authorization", "x-api-key", "x-goog-api-key")
-LOOKBACK = 20
-MAX_BREAKPOINTS = 4
 
 
 @dataclass(frozen=True)
@@ -110,164 +90,6 @@ class Answer:
     body: bytes
     delay: float = 0.0
     drop: bool = False
-
-
-class BadRequest(Exception):
-    pass
-
-
-def tokens(data) -> int:
-    raw = data if isinstance(data, bytes) else str(data).encode("utf-8")
-    return (len(raw) + 3) // 4
-
-
-def canonical(value) -> str:
-    return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-
-
-def serialize(parts) -> bytes:
-    return "\n".join(canonical(part) for part in parts if part is not None).encode("utf-8")
-
-
-def common_prefix_len(a: bytes, b: bytes) -> int:
-    va, vb = memoryview(a), memoryview(b)
-    lo, hi = 0, min(len(a), len(b))
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if va[:mid] == vb[:mid]:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
-
-
-def deep_merge(base: dict, extra: dict) -> dict:
-    out = dict(base)
-    for key, value in (extra or {}).items():
-        out[key] = deep_merge(out[key], value) if isinstance(value, dict) and isinstance(
-            out.get(key), dict) else value
-    return out
-
-
-def error_body(vendor, status, message=None) -> dict:
-    message = message or f"fake {status} error"
-    if vendor == "anthropic":
-        kind = ANTHROPIC_ERRORS.get(status, "api_error" if status >= 500 else "invalid_request_error")
-        return {"type": "error", "error": {"type": kind, "message": message}}
-    if vendor == "google":
-        return {"error": {"code": status, "message": message, "status": GOOGLE_STATUS.get(
-            status, "INTERNAL" if status >= 500 else "INVALID_ARGUMENT")}}
-    kind, code = OPENAI_ERRORS.get(status, ("server_error" if status >= 500 else "invalid_request_error",
-                                            None))
-    return {"error": {"message": message, "type": kind, "param": None, "code": code}}
-
-
-def render_usage(api, u, native=None):
-    """The vendor's usage object; None (omitted) when any normalised count was scripted as None."""
-    if any(value is None for value in u.values()):
-        return None
-    return deep_merge(_usage_object(api, u), native)
-
-
-def _usage_object(api, u) -> dict:
-    prompt = u["input"] + u["cache_read"] + u["cache_write"]
-    out = u["output"] + u["reasoning"]
-    if api == "chat":
-        return {"prompt_tokens": prompt, "completion_tokens": out, "total_tokens": prompt + out,
-                "prompt_tokens_details": {"cached_tokens": u["cache_read"], "audio_tokens": 0},
-                "completion_tokens_details": {"reasoning_tokens": u["reasoning"], "audio_tokens": 0}}
-    if api == "responses":
-        return {"input_tokens": prompt, "input_tokens_details": {"cached_tokens": u["cache_read"]},
-                "output_tokens": out, "output_tokens_details": {"reasoning_tokens": u["reasoning"]},
-                "total_tokens": prompt + out}
-    if api == "anthropic":
-        return {"input_tokens": u["input"], "output_tokens": out,
-                "cache_creation_input_tokens": u["cache_write"], "cache_read_input_tokens": u["cache_read"],
-                "cache_creation": {"ephemeral_5m_input_tokens": u["cache_write"],
-                                   "ephemeral_1h_input_tokens": 0}, "service_tier": "standard"}
-    return {"promptTokenCount": prompt, "candidatesTokenCount": u["output"], "totalTokenCount": prompt + out,
-            "cachedContentTokenCount": u["cache_read"], "thoughtsTokenCount": u["reasoning"]}
-
-
-def anthropic_blocks(req) -> list:
-    """[(role, text, is_breakpoint)] in cache order; raises BadRequest past 4 breakpoints."""
-    blocks = []
-
-    def add(role, block):
-        if isinstance(block, str):
-            block = {"type": "text", "text": block}
-        clean = {k: v for k, v in block.items() if k != "cache_control"}
-        text = clean["text"] if clean.get("type") == "text" and isinstance(clean.get("text"), str) \
-            else canonical(clean)
-        blocks.append((role, text, block.get("cache_control") is not None))
-
-    for tool in req.get("tools") or []:
-        add("tools", tool)
-    system = req.get("system")
-    for block in [system] if isinstance(system, str) else system or []:
-        add("system", block)
-    for message in req.get("messages") or []:
-        content = message.get("content")
-        for block in [content] if isinstance(content, str) else content or []:
-            add(message.get("role", "user"), block)
-    count = sum(1 for block in blocks if block[2])
-    if count > MAX_BREAKPOINTS:
-        raise BadRequest(f"A maximum of {MAX_BREAKPOINTS} blocks with cache_control may be provided. "
-                         f"Found {count}.")
-    return blocks
-
-
-class AnthropicCache:
-    def __init__(self):
-        self.entries = {}  # prefix hash -> prefix tokens
-
-    def account(self, model, blocks, min_tokens) -> dict:
-        hashes, cumulative, running, total = [], [], hashlib.sha256(model.encode()).digest(), 0
-        for role, text, _ in blocks:
-            running = hashlib.sha256(running + role.encode() + b"\0" + text.encode("utf-8")).digest()
-            total += tokens(text)
-            hashes.append(running)
-            cumulative.append(total)
-        breakpoints = [i for i, block in enumerate(blocks) if block[2]]
-        hit = -1
-        for point in reversed(breakpoints):
-            for j in range(point, max(-1, point - LOOKBACK - 1), -1):
-                if hashes[j] in self.entries:
-                    hit = max(hit, j)
-                    break
-        read = cumulative[hit] if hit >= 0 else 0
-        written = [p for p in breakpoints if p > hit and cumulative[p] >= min_tokens]
-        for point in written:
-            self.entries[hashes[point]] = cumulative[point]
-        write = cumulative[written[-1]] - read if written else 0
-        return {"input": total - read - write, "cache_read": read, "cache_write": write}
-
-
-class PrefixCache:
-    def __init__(self):
-        self.seen = {}  # model -> {serialised prompt: None} (insertion-ordered set)
-
-    def account(self, model, serial: bytes, min_tokens, step) -> int:
-        earlier = self.seen.setdefault(model, {})
-        best = max((common_prefix_len(serial, old) for old in earlier), default=0) // 4
-        earlier[serial] = None
-        if best < min_tokens:
-            return 0
-        return min_tokens + (best - min_tokens) // step * step
-
-
-def sse(events) -> bytes:
-    chunks = []
-    for name, data in events:
-        head = f"event: {name}\n" if name else ""
-        chunks.append(f"{head}data: {data if isinstance(data, str) else json.dumps(data)}\n\n")
-    return "".join(chunks).encode("utf-8")
-
-
-def pieces(text) -> list:
-    half = len(text) // 2
-    return [part for part in (text[:half], text[half:]) if part] or [""]
-
 
 
 ROUTES = [  # (method, path regex, vendor or None = told apart by headers, handler, generation?)
@@ -303,21 +125,6 @@ def find_key(vendor, headers, query):
         if value:
             return value[7:] if value.lower().startswith("bearer ") else value
     return None
-
-
-def parse_multipart(content_type, body) -> dict:
-    from email.parser import BytesParser
-    from email.policy import HTTP
-    message = BytesParser(policy=HTTP).parsebytes(
-        b"Content-Type: " + content_type.encode() + b"\r\n\r\n" + body)
-    form = {}
-    for part in message.iter_parts():
-        name = part.get_param("name", header="content-disposition")
-        data = part.get_payload(decode=True) or b""
-        filename = part.get_filename()
-        form[name] = {"filename": filename, "content_type": part.get_content_type(), "data": data} \
-            if filename is not None else data.decode("utf-8", "replace")
-    return form
 
 
 class FakeVendor:

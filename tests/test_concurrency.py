@@ -78,17 +78,20 @@ def warm(job):
     os.environ.update(job["env"])
     os.chdir(job["cwd"])
     sys.argv = [job["script"], *job["args"]]
+    code = 0
     try:
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
             runpy.run_path(job["script"], run_name="__main__")
-    except SystemExit:
-        pass
+    except SystemExit as stop:
+        code = stop.code if isinstance(stop.code, int) else int(stop.code is not None)
+    except BaseException:
+        code = 1
     os.environ.clear()
     os.environ.update(saved)
     os.chdir(cwd)
     gc.collect()
     gc.freeze()  # children's collections then leave the shared pages alone (no copy-on-write)
-    say("warm", 0, 0)
+    say("warm", 0, code)
 
 while True:
     ready = select.select([0], [], [], 0.005)[0]
@@ -126,16 +129,22 @@ class Zygote:
                                      stdout=subprocess.PIPE, text=True, env=clean_environ())
         self.events = {"spawned": {}, "exit": {}, "warm": {}}
         self.spawned, self.exits, self.serial = self.events["spawned"], self.events["exit"], 0
+        self.gone = False
         self.changed = threading.Condition()
-        threading.Thread(target=self._read, daemon=True).start()
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
         with FakeVendor() as fake:
             fake.reply_fn(lambda record: "<nagent-response>warm</nagent-response>")
             env = dict(clean_environ(), HOME=root, NAGENT_CONFIG=os.path.join(root, "none.json"),
                        NAGENT_NO_SPINNER="1", **fake.env())
             self.send({"op": "warm", "script": NAGENT, "args": ["warm up"], "env": env, "cwd": root})
-            with self.changed:
-                if not self.changed.wait_for(lambda: self.events["warm"], timeout=120):
-                    raise AssertionError("the zygote did not warm up")
+            try:
+                self.wait_for(lambda: self.events["warm"], "no warm-up")
+                if self.events["warm"][0] != 0:
+                    raise AssertionError(f"zygote: warm-up run exited {self.events['warm'][0]}")
+            except AssertionError:
+                self.close()
+                raise
 
     def _read(self):
         for line in self.proc.stdout:
@@ -143,6 +152,15 @@ class Zygote:
             with self.changed:
                 self.events[word][int(key)] = int(value)
                 self.changed.notify_all()
+        with self.changed:
+            self.gone = True  # the zygote died: nobody waits for it any longer
+            self.changed.notify_all()
+
+    def wait_for(self, predicate, what, timeout=120):
+        with self.changed:
+            if not self.changed.wait_for(lambda: predicate() or self.gone, timeout=timeout) \
+                    or not predicate():
+                raise AssertionError(f"zygote: {what}")
 
     def send(self, job):
         self.proc.stdin.write(json.dumps(job) + "\n")
@@ -152,14 +170,16 @@ class Zygote:
         self.serial += 1
         self.send({"op": "spawn", "id": self.serial, "script": NAGENT, "args": args, "env": env,
                    "cwd": cwd, "stdout": stdout, "stderr": stderr})
+        serial = self.serial
+        self.wait_for(lambda: serial in self.spawned, "no fork")
         with self.changed:
-            if not self.changed.wait_for(lambda: self.serial in self.spawned, timeout=60):
-                raise AssertionError("the zygote did not fork")
-            return Forked(self, self.spawned.pop(self.serial))
+            return Forked(self, self.spawned.pop(serial))
 
     def close(self):
         self.proc.stdin.close()
         self.proc.wait(timeout=30)
+        self.reader.join(timeout=30)
+        self.proc.stdout.close()
 
 
 class Forked:
@@ -179,11 +199,9 @@ class Forked:
         self.zygote.send({"op": "kill", "pid": self.pid})
 
     def wait(self, timeout=60):
-        with self.zygote.changed:
-            if not self.zygote.changed.wait_for(lambda: self.pid in self.zygote.exits, timeout=timeout):
-                raise AssertionError(f"zygote child {self.pid} did not exit")
+        self.zygote.wait_for(lambda: self.pid in self.zygote.exits, f"child {self.pid} did not exit",
+                             timeout)
         return self.returncode
-
 
 
 def scripted(record):
@@ -203,6 +221,11 @@ class ConcurrencyCase(FakeVendorTestCase):
                            "retry": {"base_delay": 0, "max_delay": 0}})
         self.fake.reply_fn(scripted)
         self.conversations = os.path.join(self.home, ".nagent", "conversations")
+
+    @staticmethod
+    def read_text(path):
+        with open(path, encoding="utf-8") as handle:
+            return handle.read()
 
     def start_all(self, argvs):
         """Start every argv at once (a barrier, then Popen from threads) and wait for all."""
@@ -272,7 +295,7 @@ class FileEditSessionsTest(ConcurrencyCase):
                                  self.cwd, *outputs[i]) for i, path in enumerate(files)]
         for i, child in enumerate(children):
             code = child.wait(timeout=120)
-            out, err = (open(name, encoding="utf-8").read() for name in outputs[i])
+            out, err = (self.read_text(name) for name in outputs[i])
             self.assertEqual((code, out), (0, f"done {i}\n"), err)
             self.assertNotIn("Traceback", err)
         index_path = nagent_file_edit_lib.file_index_path("shell1", self.env)

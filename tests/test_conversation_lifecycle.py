@@ -123,7 +123,7 @@ class LifecycleTest(HermeticTestCase):
             writer.append("prompt", "old window")
             archived = life.archive_locked(self.current)
             self.assertEqual([r.body for r in read_records(archived)], ["old window"])
-            life.write_atomic(self.current, encode_record(1, "context", "new window"))
+            life.atomic_write(self.current, encode_record(1, "context", "new window"))
             writer.reopen()
             self.assertTrue(life.is_busy(self.current))  # the lock was kept throughout
             self.assertEqual(writer.records()[0].body, "new window")

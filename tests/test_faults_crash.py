@@ -53,6 +53,7 @@ CONFIG = {"provider": "openai", "retry": {"base_delay": 0, "max_delay": 0}, "loc
           # no checkpoint or window rebuild: their extra model calls would eat scripted replies
           "checkpoint_every_bytes": 10 ** 12, "window_max_bytes": 10 ** 12}
 
+
 def read_or_none(path):
     try:
         with open(path, "rb") as handle:

@@ -184,7 +184,8 @@ class ChangingFileTest(HostileCase):
         self.assertEqual(outcome_first.exit_code, 0)
         body = self.results()[0]
         index_path = body.split("index: ", 1)[1].split("\n", 1)[0]
-        segment = json.load(open(index_path, encoding="utf-8"))["segments"][0]["file"]
+        with open(index_path, encoding="utf-8") as handle:
+            segment = json.load(handle)["segments"][0]["file"]
         segment = os.path.join(os.path.dirname(index_path), segment)
         self.fake.reply(f"<nagent-shell>echo late-entry >> {source}</nagent-shell>\n"
                         f'<nagent-write path="{segment}">replaced\n</nagent-write>\n'

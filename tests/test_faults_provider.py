@@ -48,14 +48,9 @@ class FaultCase(FakeVendorTestCase):
         import nagent_session
         env = self.env if env is None else env
         before = self.read_bytes()
-        saved = self.env
-        self.env = env
-        try:
-            with self.patched_environ():
-                session = nagent_session.build_session({"conversation": "faults"}, dict(env), self.cwd)
-                outcome = nagent_loop.run_agent_loop(session, prompt, "argv")
-        finally:
-            self.env = saved
+        with self.patched_environ():  # the spinner and redaction look at os.environ
+            session = nagent_session.build_session({"conversation": "faults"}, dict(env), self.cwd)
+            outcome = nagent_loop.run_agent_loop(session, prompt, "argv")
         self.assertTrue(self.read_bytes().startswith(before), "bytes already written changed")
         return outcome
 

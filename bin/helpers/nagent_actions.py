@@ -15,7 +15,8 @@ import uuid
 from dataclasses import dataclass, field
 
 from nagent_errors import NagentError
-from nagent_protocol import result_block
+from nagent_fs import sha256_bytes, sha256_file
+from nagent_protocol_blocks import result_block
 
 READ_SPLIT_THRESHOLD_BYTES = 64 * 1024
 # Splitting reads the whole file into memory and writes as much again to the temp dir: a
@@ -115,8 +116,7 @@ def splits_root(ctx):
 
 
 def split_dir_for(path, ctx):
-    import hashlib
-    digest = hashlib.sha256(os.path.realpath(path).encode()).hexdigest()[:10]
+    digest = sha256_bytes(os.path.realpath(path).encode())[:10]
     return os.path.join(splits_root(ctx), f"{os.path.basename(path)}-{digest}")
 
 
@@ -146,21 +146,12 @@ def ensure_split(path, ctx):
     if os.path.exists(index_path):
         try:
             index = split_lib.load_index(index_path)
-            if index.get("source_sha256") == _sha256_file(path):
+            if index.get("source_sha256") == sha256_file(path):
                 return index_path, index, True
         except NagentError:
             pass
     os.makedirs(out_dir, mode=0o700, exist_ok=True)
     return index_path, split_lib.split_file(path, out_dir), False
-
-
-def _sha256_file(path):
-    import hashlib
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def describe_split(index_path, index, reused):

@@ -5,7 +5,8 @@ Data contract:
 - `early_description(argv, text)` returns True after printing `text` (one line) when
   argv asks for --description; tools call it before building argparse so it stays cheap.
 - `run_main(fn, argv)` calls `fn(argv) -> int`, turning NagentError into one stderr line
-  and its exit code, KeyboardInterrupt into 130, and never showing a traceback.
+  and its exit code, KeyboardInterrupt into 130, and any other exception (a bug) into one
+  "internal error" line and exit 1; NAGENT_DEBUG=1 shows the traceback instead.
 - `emit_json(data)` writes one JSON document to stdout (nothing else goes to stdout in
   --json mode). `redact(text, secrets)` blanks out secret values in any text.
 - `argument_parser(**kwargs)` is argparse whose usage errors raise UsageError.
@@ -70,6 +71,12 @@ def run_main(fn, argv=None):
         sys.stderr.write("Error: interrupted\n")
         return EXIT_CODES["interrupted"]
     except BrokenPipeError:
+        return EXIT_CODES["failure"]
+    except Exception as error:  # a bug: still one line, unless NAGENT_DEBUG asks for the trace
+        if os.environ.get("NAGENT_DEBUG"):
+            raise
+        report_error(NagentError("internal error", f"{type(error).__name__}: {error}",
+                                 "rerun with NAGENT_DEBUG=1 for the traceback and report it"))
         return EXIT_CODES["failure"]
 
 

@@ -28,6 +28,7 @@ import time
 from dataclasses import dataclass
 
 from nagent_errors import InputError, UsageError
+from nagent_fs import sha256_file
 
 MODES = ("main", "file-edit")
 READ_LIMIT_KIB = 64
@@ -341,15 +342,6 @@ def language_for(path):
     return LANGUAGES.get(os.path.splitext(name)[1].lower(), "text")
 
 
-def _sha256(path):
-    import hashlib
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _in_work_tree(directory):
     # Walk up for .git instead of spawning git: most targets outside a repo then cost nothing.
     current = directory
@@ -391,7 +383,7 @@ def describe_file_target(path, environ=None):
         raise InputError("edit target is not a regular file", path)
     try:
         size = os.path.getsize(target)
-        digest = _sha256(target)
+        digest = sha256_file(target)
     except OSError as error:
         raise InputError("cannot read edit target", path, error.strerror or "") from None
     return {"target": target, "size": size, "sha256": digest, "language": language_for(target),

@@ -39,7 +39,6 @@ Each record is three parts, the body framed by one header line and one footer li
 """
 import errno
 import fcntl
-import json
 import os
 import re
 from contextlib import contextmanager
@@ -47,6 +46,7 @@ from dataclasses import dataclass
 from time import gmtime, monotonic, sleep, strftime
 
 from nagent_errors import BusyError, InputError
+from nagent_fs import write_unique
 
 KINDS = ("context", "prompt", "reply", "result", "system", "error", "interrupt", "stats", "meta")
 HEADER_MARK = b"<nagent-record"
@@ -64,8 +64,6 @@ _UNESCAPE_RE = re.compile(r"^\\(\\*</?nagent-record)", re.M)
 _ATTR_SPECIAL_RE = re.compile(r'[&<>"\n\r\t]')
 _ATTR_ESCAPES = {"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "\n": "&#10;",
                  "\r": "&#13;", "\t": "&#9;"}
-_BACK_MARK = b"\n" + HEADER_MARK
-_CHUNK = 1 << 18
 
 
 @dataclass(frozen=True)
@@ -301,142 +299,19 @@ def conversation_lock(path, timeout=3.0):
         release_lock(fd)
 
 
-# -- tail scanning -------------------------------------------------------------------
-def iter_header_offsets(handle, size, chunk=_CHUNK):
-    """Offsets of lines starting with "<nagent-record", last first, reading backwards."""
-    pos = size
-    while pos > 0:
-        start = max(0, pos - chunk)
-        handle.seek(start)
-        # Overlap by len(mark)-1 so a mark straddling `pos` is seen once, here.
-        buf = handle.read(min(size, pos + len(_BACK_MARK) - 1) - start)
-        hit = len(buf)
-        while True:
-            hit = buf.rfind(_BACK_MARK, 0, hit)
-            if hit < 0:
-                break
-            yield start + hit + 1
-        pos = start
-    if size:
-        handle.seek(0)
-        if handle.read(len(HEADER_MARK)) == HEADER_MARK:
-            yield 0
+# -- re-exports ----------------------------------------------------------------------
+# The tail readers moved to nagent_conversation_tail; their names stay importable from here,
+# lazily because nagent_conversation_tail imports this module. (The file writers moved to
+# nagent_fs with a different default mode, so they are deliberately not re-exported.)
+_TAIL_NAMES = ("header_at", "iter_header_offsets", "last_seq", "last_stats", "read_tail_summary",
+               "tail_state")
 
 
-def header_at(handle, offset, limit=1 << 20):
-    """parse_header of the complete line at `offset`, or None."""
-    handle.seek(offset)
-    line = handle.readline(limit)
-    if not line.endswith(b"\n"):
-        return None
-    return parse_header(line[:-1].decode("utf-8", "replace"))
-
-
-def tail_state(handle, size, source=""):
-    """(records parsed from the last complete record on, offset where a torn tail starts or
-    `size`), reading only the tail of the file."""
-    for offset in iter_header_offsets(handle, size):
-        handle.seek(offset)
-        records, torn = parse_records(handle.read(size - offset), source=source, offset=offset)
-        if any(record.kind != "note" for record in records):
-            return records, size - len(torn)
-    handle.seek(0)
-    records, torn = parse_records(handle.read(size), source=source)
-    return records, size - len(torn)
-
-
-def last_seq(records):
-    return max((record.seq for record in records if record.kind != "note"), default=0)
-
-
-def last_stats(records):
-    """The JSON object of the last parseable "stats" record, or None."""
-    for record in reversed(records):
-        if record.kind == "stats":
-            try:
-                data = json.loads(record.body)
-            except ValueError:
-                continue
-            if isinstance(data, dict):
-                return data
-    return None
-
-
-def read_tail_summary(path):
-    """{"path", "size", "records", "last_seq", "stats", "last_time"} from the file's tail only:
-    headers are found scanning backwards, so the cost does not grow with the file. "records" is
-    the last complete record's seq (seqs count records); "stats" is the last stats JSON."""
-    path = os.fspath(path)
-    summary = {"path": path, "size": 0, "records": 0, "last_seq": 0, "stats": None,
-               "last_time": None}
-    try:
-        handle = open(path, "rb")
-    except FileNotFoundError:
-        return summary
-    except OSError as error:
-        raise InputError("cannot read conversation", path, error.strerror or str(error))
-    with handle:
-        size = os.fstat(handle.fileno()).st_size
-        summary["size"] = size
-        have_last, end = False, size
-        for offset in iter_header_offsets(handle, size):
-            header = header_at(handle, offset)
-            if header is not None and (not have_last or header[1] == "stats"):
-                handle.seek(offset)
-                try:
-                    records = parse_records(handle.read(end - offset), offset=offset)[0]
-                except InputError:
-                    records = []
-                records = [record for record in records if record.kind != "note"]
-                if records and not have_last:
-                    have_last = True
-                    summary.update(records=records[-1].seq, last_seq=records[-1].seq,
-                                   last_time=records[-1].time or None)
-                summary["stats"] = last_stats(records[:1])
-                if summary["stats"] is not None:
-                    break
-            end = offset
-    return summary
-
-
-# -- atomic files --------------------------------------------------------------------
-def write_atomic(path, data, mode=0o600, exclusive=False):
-    """Write `data` to `path` via a fsynced temp file in the same directory, then os.replace
-    (or, with exclusive=True, link it into place and raise FileExistsError if `path` exists)."""
-    path = os.fspath(path)
-    folder = os.path.dirname(os.path.abspath(path))
-    temp = os.path.join(folder, f".{os.path.basename(path)[:100]}.tmp-{os.urandom(6).hex()}")
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-    try:
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-            os.fchmod(fd, mode)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        if exclusive:
-            os.link(temp, path)
-        else:
-            os.replace(temp, path)
-    finally:
-        if os.path.lexists(temp):
-            os.unlink(temp)
-    return path
-
-
-def write_unique(base, data, mode=0o600):
-    """Write a new file at `base`, or `base-2`, `base-3`, ... if taken; returns the path."""
-    for number in range(1, 10000):
-        candidate = base if number == 1 else f"{base}-{number}"
-        if os.path.lexists(candidate):
-            continue
-        try:
-            return write_atomic(candidate, data, mode, exclusive=True)
-        except FileExistsError:
-            continue
-    raise InputError("too many files with the same name", base, "clean up old side files")
+def __getattr__(name):
+    if name in _TAIL_NAMES:
+        import nagent_conversation_tail
+        return getattr(nagent_conversation_tail, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # -- the writer ----------------------------------------------------------------------
@@ -491,6 +366,7 @@ class ConversationWriter:
             raise
 
     def _recover(self):
+        from nagent_conversation_tail import last_seq, tail_state  # lazily: it imports this module
         size = os.fstat(self._fd).st_size
         with open(os.dup(self._fd), "rb") as handle:
             try:

@@ -24,11 +24,11 @@ Data contract: `edit_conversation(path, options, environ=None, cwd=None) -> (dat
   framing) or a <system> tag is written "&lt;", and every "&" already followed by "amp;" or "lt;"
   is written "&amp;". decode_copy(encode_copy(x)) == x for every text x.
 """
-import hashlib
 import os
 import re
 
 from nagent_errors import EXIT_CODES, InputError, NagentError, RefusedError, UsageError
+from nagent_fs import atomic_write, sha256_bytes
 
 EDIT_INDEX_PID = "conversation-edit"
 COPY_NAME = "conversation.txt"
@@ -85,7 +85,8 @@ def instruction_text(options):
 def snapshot(path, lock_timeout):
     """(complete-record bytes, mode) of the conversation, read under its lock."""
     import stat
-    from nagent_conversation import conversation_lock, tail_state
+    from nagent_conversation import conversation_lock
+    from nagent_conversation_tail import tail_state
     if not os.path.isfile(path):
         raise InputError("no conversation to edit", path, "run a prompt first")
     with conversation_lock(path, lock_timeout):
@@ -101,14 +102,13 @@ def snapshot(path, lock_timeout):
 
 def working_copy(path, data, environ):
     import tempfile
-    from nagent_conversation import write_atomic
     from nagent_write_policy import temp_roots
     roots = temp_roots(environ)
     tmpdir = environ.get("TMPDIR")
     base = os.path.realpath(tmpdir) if tmpdir and os.path.realpath(tmpdir) in roots else roots[0]
     folder = tempfile.mkdtemp(prefix=f"nagent-edit-{os.path.basename(path)[:80]}-", dir=base)
     copy = os.path.join(folder, COPY_NAME)
-    write_atomic(copy, encode_copy(data.decode("utf-8", "surrogateescape")).encode(
+    atomic_write(copy, encode_copy(data.decode("utf-8", "surrogateescape")).encode(
         "utf-8", "surrogateescape"), 0o600)
     return copy
 
@@ -174,14 +174,13 @@ def validate_copy(copy, original):
 def install(path, data, mode, expected_sha, copy, lock_timeout):
     """Archive the conversation and put `data` in its place; refuses if it changed meanwhile."""
     import nagent_conversation_lifecycle as lifecycle
-    from nagent_conversation import write_atomic
     current, _mode = snapshot(path, lock_timeout)
-    if hashlib.sha256(current).hexdigest() != expected_sha:
+    if sha256_bytes(current) != expected_sha:
         raise RefusedError("conversation changed while it was being edited", path,
                            f"nothing replaced; the edited copy is {copy}")
     archived = lifecycle.archive(path, reason="edit", lock_timeout=lock_timeout)
     try:
-        write_atomic(path, data, mode, exclusive=True)
+        atomic_write(path, data, mode, exclusive=True)
     except FileExistsError:
         raise RefusedError("a new conversation appeared while installing the edit", path,
                            f"previous version archived at {archived}; the edited copy is {copy}") \
@@ -215,7 +214,7 @@ def edit_conversation(path, options, environ=None, cwd=None):
             "records_after": sum(1 for r in records if r.kind != "note")}
     if edited != original_bytes:
         renumbered = lifecycle.encode_records(records)
-        data["archived"] = install(path, renumbered, mode, hashlib.sha256(original_bytes).hexdigest(),
+        data["archived"] = install(path, renumbered, mode, sha256_bytes(original_bytes),
                                    copy, lock_timeout)
         data["status"] = "edited"
     head = (f"edited {path} ({data['records_before']} → {data['records_after']} records); previous "

@@ -35,9 +35,10 @@ import stat
 from time import gmtime, strftime
 
 from nagent_conversation import (HEADER_MARK, Record, conversation_lock, encode_record,
-                                 lock_path, parse_records, tail_state, unescape_body, utc_stamp,
-                                 write_atomic, write_unique)
+                                 lock_path, parse_records, unescape_body, utc_stamp)
+from nagent_conversation_tail import tail_state
 from nagent_errors import InputError, RefusedError, UsageError
+from nagent_fs import atomic_write, write_unique
 
 LOCK_TIMEOUT = 0.5  # lifecycle commands fail fast: a live run keeps its lock for minutes
 HEAD_BYTES = 64 * 1024
@@ -222,7 +223,7 @@ def _write_into(target, data, mode, lock_timeout, replace_existing):
                     raise RefusedError("conversation already exists", target,
                                        "choose another name or ask to overwrite it")
                 archive_locked(target)
-            write_atomic(target, data, mode)
+            atomic_write(target, data, mode)
     except OSError as error:
         raise InputError("cannot write conversation", target, error.strerror or str(error))
     return target

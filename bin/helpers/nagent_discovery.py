@@ -23,7 +23,8 @@ import os
 import signal
 import stat
 import subprocess
-import tempfile
+
+from nagent_fs import atomic_write, existing_mode
 
 NO_DESCRIPTION = "(no description)"
 MAX_DESCRIPTION = 200
@@ -160,28 +161,15 @@ def _still_valid(path, entry):
 
 def write_cache(cache_path, entries):
     """Atomic replace; silently gives up when the directory is not writable."""
-    directory = os.path.dirname(os.path.abspath(cache_path))
     text = json.dumps({"version": CACHE_VERSION, "entries": entries}, indent=1, sort_keys=True)
     try:
-        os.makedirs(directory, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".tool-descriptions-", suffix=".tmp", dir=directory)
+        os.makedirs(os.path.dirname(os.path.abspath(cache_path)), exist_ok=True)
+        # No fsync: a cache lost in a crash is only rebuilt by the next run.
+        atomic_write(cache_path, (text + "\n").encode("utf-8"), existing_mode(cache_path, 0o600),
+                     sync=False)
     except OSError:
         return False
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text + "\n")
-        try:
-            os.chmod(tmp, stat.S_IMODE(os.stat(cache_path).st_mode))
-        except OSError:
-            pass
-        os.replace(tmp, cache_path)
-        return True
-    except OSError:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        return False
+    return True
 
 
 def _describe_all(paths, timeout):

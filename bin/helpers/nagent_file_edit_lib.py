@@ -29,36 +29,21 @@ path still holds the recorded id.
 import json
 import os
 import re
-import stat
 import time
 from datetime import datetime, timezone
 
 from nagent_errors import BusyError, ConfigError, InputError, UsageError
+from nagent_fs import atomic_write, regular_file_stat
 
 INDEX_VERSION = 1
 LOCK_TIMEOUT_SECONDS = 5.0
 _PID_RE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 _RECORD_TEXT_FIELDS = ("file_id", "path", "conversation")
-
-
-def _stat_file(path):
-    """stat of the realpath of a regular file, else InputError naming `path` as given."""
-    real = os.path.realpath(os.fspath(path))
-    try:
-        st = os.stat(real)
-    except FileNotFoundError:
-        raise InputError("file not found", path) from None
-    except OSError as error:
-        raise InputError("cannot read file", path, error.strerror) from None
-    if stat.S_ISDIR(st.st_mode):
-        raise InputError("is a directory", path, "give a file")
-    if not stat.S_ISREG(st.st_mode):
-        raise InputError("not a regular file", path)
-    return real, st
+_IS_DIRECTORY = ("is a directory", "give a file")
 
 
 def file_id_for_path(path) -> str:
-    _real, st = _stat_file(path)
+    _real, st = regular_file_stat(path, _IS_DIRECTORY)
     return f"{st.st_dev}:{st.st_ino}"
 
 
@@ -197,31 +182,8 @@ def _ensure_dir(path):
         pass
 
 
-def _write_json_atomic(path, data):
-    directory = os.path.dirname(path)
-    temp = os.path.join(directory, f".{os.path.basename(path)}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
-    payload = (json.dumps(data, indent=2, ensure_ascii=False, sort_keys=True) + "\n").encode("utf-8")
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-    try:
-        try:
-            view = memoryview(payload)
-            while view:
-                view = view[os.write(fd, view):]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(temp, path)
-    except BaseException:
-        try:
-            os.unlink(temp)
-        except OSError:
-            pass
-        raise
-    dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+def _index_bytes(index):
+    return (json.dumps(index, indent=2, ensure_ascii=False, sort_keys=True) + "\n").encode("utf-8")
 
 
 class _IndexLock:
@@ -254,7 +216,7 @@ class _IndexLock:
 
 
 def _update(path, pid, environ, now, fresh_conversation, lock_timeout):
-    real, st = _stat_file(path)
+    real, st = regular_file_stat(path, _IS_DIRECTORY)
     file_id, size = f"{st.st_dev}:{st.st_ino}", st.st_size
     index_path = file_index_path(pid, environ)
     try:
@@ -263,7 +225,7 @@ def _update(path, pid, environ, now, fresh_conversation, lock_timeout):
             if warning and os.path.exists(index_path):
                 os.replace(index_path, index_path + ".corrupt")
             record, old, how = _apply(index, real, file_id, size, _iso(now), fresh_conversation)
-            _write_json_atomic(index_path, index)
+            atomic_write(index_path, _index_bytes(index), 0o600)
     except OSError as error:
         raise InputError("cannot update file index", index_path, error.strerror) from None
     return record, old, how, warning

@@ -22,8 +22,8 @@ from bisect import bisect_right
 from datetime import datetime, timezone
 
 from nagent_errors import InputError, RefusedError
-from nagent_file_split_lib import (atomic_write, load_index, now_iso, read_source,
-                                   resolve_index_path, sha256_hex, write_index)
+from nagent_file_split_lib import load_index, now_iso, read_source, resolve_index_path, write_index
+from nagent_fs import atomic_write, sha256_bytes
 
 PATCH_DIR = "patches"
 CONTEXT_LINES = 3
@@ -284,7 +284,7 @@ def refreshed_index(index, parts, digests, new):
         records.append(entry)
         offset += len(part)
         line += breaks
-    updated = dict(index, source_sha256=sha256_hex(new), source_size=len(new),
+    updated = dict(index, source_sha256=sha256_bytes(new), source_size=len(new),
                    source_lines=line_count(new), updated=now_iso(), segments=records)
     return updated
 
@@ -306,7 +306,7 @@ def patch_from_index(index_path, dry_run=False, force=False, authorize=None):
     if authorize is not None:
         authorize(source)
     _, old = read_source(source)
-    mismatch = sha256_hex(old) != index["source_sha256"]
+    mismatch = sha256_bytes(old) != index["source_sha256"]
     if mismatch and not force:
         raise RefusedError("source changed since it was split", source,
                            "re-split with nagent-file-split --refresh, or pass --force to "
@@ -314,13 +314,13 @@ def patch_from_index(index_path, dry_run=False, force=False, authorize=None):
     parts = read_segments(directory, index)
     _check_utf8(parts, index, directory)
     new = b"".join(parts)
-    digests = [sha256_hex(part) for part in parts]
+    digests = [sha256_bytes(part) for part in parts]
     changed = [record["file"] for record, digest in zip(index["segments"], digests)
                if digest != record["sha256"]]
     result = {"status": "unchanged", "source": source, "index_path": path, "patch_path": None,
               "changed_lines": 0, "added_lines": 0, "removed_lines": 0, "hunks": 0,
               "changed_segments": changed, "forced": bool(force and mismatch),
-              "source_sha256": sha256_hex(old), "warnings": _warnings(index, parts)}
+              "source_sha256": sha256_bytes(old), "warnings": _warnings(index, parts)}
     if new == old:
         return result
     old_parts = None if mismatch else _old_parts(index, old)
@@ -331,12 +331,12 @@ def patch_from_index(index_path, dry_run=False, force=False, authorize=None):
                   status="dry-run" if dry_run else "applied")
     if dry_run:
         return result
-    if not force and sha256_hex(read_source(source)[1]) != index["source_sha256"]:
+    if not force and sha256_bytes(read_source(source)[1]) != index["source_sha256"]:
         raise RefusedError("source changed while patching", source, "run nagent-file-patch again")
     try:
         atomic_write(source, new)
     except OSError as error:
         raise InputError("cannot write source file", source, error.strerror) from None
     write_index(directory, refreshed_index(index, parts, digests, new))
-    result["source_sha256"] = sha256_hex(new)
+    result["source_sha256"] = sha256_bytes(new)
     return result

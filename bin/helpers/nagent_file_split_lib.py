@@ -19,15 +19,13 @@ Data contract:
   summaries of segments whose bytes did not change. `load_index` validates the schema and
   raises InputError for a missing or corrupt index.
 """
-import hashlib
 import json
 import os
 import re
-import stat
-import tempfile
 from datetime import datetime, timezone
 
 from nagent_errors import InputError, UsageError
+from nagent_fs import atomic_write, regular_file_stat, sha256_bytes
 from nagent_splitters import LANGUAGES, split_ranges
 
 INDEX_VERSION = 1
@@ -46,8 +44,7 @@ def now_iso():
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def sha256_hex(data):
-    return hashlib.sha256(data).hexdigest()
+sha256_hex = sha256_bytes  # the name tests use
 
 
 def split_types():
@@ -89,17 +86,7 @@ def detect_split_type(path, explicit=None):
 
 def read_source(path):
     """(realpath, bytes) of a regular file, else InputError."""
-    real = os.path.realpath(os.fspath(path))
-    try:
-        st = os.stat(real)
-    except FileNotFoundError:
-        raise InputError("file not found", path) from None
-    except OSError as error:
-        raise InputError("cannot read file", path, error.strerror) from None
-    if stat.S_ISDIR(st.st_mode):
-        raise InputError("is a directory, not a file", path)
-    if not stat.S_ISREG(st.st_mode):
-        raise InputError("not a regular file", path)
+    real, _st = regular_file_stat(path)
     try:
         with open(real, "rb") as handle:
             return real, handle.read()
@@ -150,47 +137,8 @@ def segment_records(data, ranges, starts, names):
         chunk = data[starts[lo]:starts[hi]]
         records.append({"file": name, "first_line": lo + 1, "last_line": hi,
                         "start_byte": starts[lo], "end_byte": starts[hi], "bytes": len(chunk),
-                        "sha256": sha256_hex(chunk)})
+                        "sha256": sha256_bytes(chunk)})
     return records
-
-
-def _umask():
-    # Reading the umask without setting it: /proc knows it; os.umask() would have to change it.
-    try:
-        with open("/proc/self/status", encoding="ascii") as handle:
-            for line in handle:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError):
-        pass
-    return 0o022
-
-
-def atomic_write(path, data, mode=None, sync=True):
-    """Write bytes via a temp file in the same directory + os.replace. Keeps an existing file's
-    permission bits unless `mode` is given; new files get 0o666 minus the umask."""
-    if mode is None:
-        try:
-            mode = stat.S_IMODE(os.stat(path).st_mode)
-        except OSError:
-            mode = 0o666 & ~_umask()
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix="." + os.path.basename(path) + ".",
-                               suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            if sync:
-                handle.flush()
-                os.fsync(handle.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
 
 
 def write_index(directory, index):
@@ -239,7 +187,7 @@ def split_file(path, output_dir, target_bytes=DEFAULT_TARGET_BYTES, split_type=N
         raise InputError("the source would be overwritten by a segment", path,
                          "choose another --output directory")
     records = segment_records(data, ranges, starts, names)
-    index = {"version": INDEX_VERSION, "source": real, "source_sha256": sha256_hex(data),
+    index = {"version": INDEX_VERSION, "source": real, "source_sha256": sha256_bytes(data),
              "source_size": len(data), "source_lines": len(starts) - 1, "split_type": name,
              "target_bytes": target_bytes, "created": now_iso(), "segments": records}
     _add_summaries(index, data, summarize, reuse_summaries or {})

@@ -8,7 +8,7 @@ destroy a file: --clear and --load archive the current one first.
 import os
 
 import nagent_conversation_lifecycle as lifecycle
-from nagent_errors import InputError, UsageError
+from nagent_errors import InputError
 
 
 def selected_path(options, environ=None):
@@ -18,7 +18,7 @@ def selected_path(options, environ=None):
 
 
 def status(options):
-    from nagent_conversation import read_tail_summary
+    from nagent_conversation_tail import read_tail_summary
     path = selected_path(options)
     summary = read_tail_summary(path)
     stats = (summary.get("stats") or {})
@@ -125,7 +125,7 @@ def list_conversations(options):
 
 def mark_windows(items):
     """Archived windows of a conversation (its stats list them) get `window` and `window_of`."""
-    from nagent_conversation import read_tail_summary
+    from nagent_conversation_tail import read_tail_summary
     by_path = {os.path.realpath(item["path"]): item for item in items if item.get("path")}
     for item in items:
         if item.get("kind") == "archived" and item.get("window_of"):

@@ -13,7 +13,8 @@ from dataclasses import dataclass, replace
 from nagent_accounting import TokenStats, add_child, add_result, status_line
 from nagent_actions import process_action
 from nagent_cli import Spinner, redact
-from nagent_conversation import ConversationWriter, last_stats, utc_now
+from nagent_conversation import ConversationWriter, utc_now
+from nagent_conversation_tail import last_stats
 from nagent_errors import EXIT_CODES, LimitError, NagentError, ProtocolFailure, ProviderError
 from nagent_protocol import clean_user_output, correction_text, kept_reply, parse_response
 from nagent_requests import build_request

@@ -12,10 +12,14 @@ Data contract:
 - Exact consecutive duplicate actions collapse into one; duplicates_dropped counts them.
 - Scanning is str.find/anchored-match driven, so time is linear in the reply length.
 - The other functions are pure string helpers: kept_reply, trim_partial_tag, correction_text,
-  clean_user_output, escape_attr/unescape_attr, result_block, grammar_text.
+  clean_user_output, grammar_text; escape_attr/unescape_attr and result_block come from
+  nagent_protocol_blocks and stay importable from here.
 """
 import re
 from dataclasses import dataclass
+
+from nagent_protocol_blocks import ATTR_NAME as _ATTR_NAME
+from nagent_protocol_blocks import escape_attr, result_block, unescape_attr  # noqa: F401
 
 ACTION_TAGS = ("response", "read", "file-read", "file-patch", "write", "shell", "next", "agent")
 RESULT_TAGS = ("read-result", "file-read-result", "file-patch-result", "write-result",
@@ -32,13 +36,9 @@ _CUT = re.compile(r"^[ \t]*<(nagent-[A-Za-z0-9_-]*-result|system)(?=[\s>/]|\Z)",
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.:-]*")
 # The common shape (no attribute or one plain double-quoted one) skips the general loop.
 _OPEN_FAST = re.compile(r'(?:[ \t]+([A-Za-z_][A-Za-z0-9_.:-]*)="([^"&\n]*)")?[ \t]*(/?)>')
-_ATTR_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.:-]*")
 _FENCE_OPEN = re.compile(r"(`{3,})([A-Za-z0-9_.+#-]*)[ \t\r]*(?:\n|\Z)")
 _FENCE_CLOSE = re.compile(r"`{3,}[ \t\r]*(?:\n|\Z)")
 _FENCE_LINE = re.compile(r"^ {0,3}(`{3,})[ \t\r]*$", re.M)
-_ENTITY = re.compile(r"&(#[0-9]{1,7}|#[xX][0-9A-Fa-f]{1,6}|quot|amp|lt|gt|apos);")
-_NAMED_ENTITIES = {"quot": '"', "amp": "&", "lt": "<", "gt": ">", "apos": "'"}
-_BLOCK_NAME = re.compile(r"[a-z][a-z0-9-]*")
 _STUTTER_MAX = 65536  # stutters are short tags; don't copy huge bodies just to compare them
 
 
@@ -422,38 +422,6 @@ def clean_user_output(text):
         return text if unwrapped is None else unwrapped
     inner = _unwrap(unfenced) if unwrapped is None else None
     return unfenced if inner is None else inner
-
-
-def escape_attr(value):
-    return (value.replace("&", "&amp;").replace('"', "&quot;").replace("<", "&lt;")
-            .replace(">", "&gt;").replace("\n", "&#10;").replace("\r", "&#13;"))
-
-
-def _entity(match):
-    name = match.group(1)
-    if not name.startswith("#"):
-        return _NAMED_ENTITIES[name]
-    code = int(name[2:], 16) if name[1] in "xX" else int(name[1:])
-    if 0 < code <= 0x10FFFF and not 0xD800 <= code <= 0xDFFF:
-        return chr(code)
-    return match.group(0)
-
-
-def unescape_attr(value):
-    return _ENTITY.sub(_entity, value) if "&" in value else value
-
-
-def result_block(tag, body, attrs=None):
-    """A driver block: `<tag a="v">\\nbody\\n</tag>` with attribute values escaped."""
-    if not _BLOCK_NAME.fullmatch(tag):
-        raise ValueError(f"bad block tag name: {tag!r}")
-    parts = []
-    for name, value in (attrs or {}).items():
-        if not _ATTR_NAME.fullmatch(name):
-            raise ValueError(f"bad attribute name: {name!r}")
-        parts.append(f' {name}="{escape_attr(str(value))}"')
-    newline = "" if body == "" or body.endswith("\n") else "\n"
-    return f"<{tag}{''.join(parts)}>\n{body}{newline}</{tag}>"
 
 
 def grammar_text():

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from nagent_cli import secret_values
-from nagent_config import expand_env_reference, resolve_settings
+from nagent_config import api_key_for, expand_env_reference, resolve_settings
 from nagent_errors import ConfigError, SetupError
 from nagent_write_policy import WriteMode
 
@@ -170,6 +170,7 @@ def build_session(options, environ, cwd):
     import nagent_conversation_lifecycle as lifecycle
     settings = resolve_settings({key: options.get(key) for key in (
         "provider", "model", "connect_timeout", "read_timeout", "max_attempts")}, environ)
+    api_key_for(settings)   # a missing key stops the run before anything is written
     config = settings.config
     path, mode, record, pid = resolve_conversation(options, environ)
     side_dir = lifecycle.side_dir(path)

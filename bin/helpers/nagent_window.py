@@ -279,13 +279,14 @@ def read_checkpoint(conversation):
 
 
 def write_text(path, text):
-    from nagent_conversation import write_atomic
-    write_atomic(path, text.encode("utf-8"), file_mode(path))
+    from nagent_fs import atomic_write
+    atomic_write(path, text.encode("utf-8"), file_mode(path))
 
 
 def archive_copy(path, data, mode):
     """A complete copy of the window as `archive/{name}-{UTC stamp}[-n]`; the live file stays."""
-    from nagent_conversation import utc_stamp, write_unique
+    from nagent_conversation import utc_stamp
+    from nagent_fs import write_unique
     folder = os.path.join(os.path.dirname(os.path.abspath(path)), "archive")
     os.makedirs(folder, mode=0o700, exist_ok=True)
     return write_unique(os.path.join(folder, f"{os.path.basename(path)}-{utc_stamp()}"), data, mode)
@@ -345,8 +346,8 @@ def maybe_checkpoint(run, now):
 def rebuild_window(run, now, reason="size"):
     """Archive the current window and start the next one from its checkpoint and tail."""
     import nagent_conversation_lifecycle as lifecycle
-    from nagent_conversation import write_atomic, write_unique
     from nagent_errors import InputError
+    from nagent_fs import atomic_write, write_unique
     path = run.session.path
     checkpoint = refresh_checkpoint(run, now)
     records = run.writer.records()
@@ -361,7 +362,7 @@ def rebuild_window(run, now, reason="size"):
     for side_path, data in side_files:
         if write_unique(side_path, data) != side_path:  # names embed the archive's: never taken
             raise InputError("side file name already taken", side_path, "move that file away")
-    write_atomic(path, encode_window(new_records, now), mode)
+    atomic_write(path, encode_window(new_records, now), mode)
     run.writer.reopen()
     run.windows = run.windows + [archived]
     run.record_stats()

@@ -1,0 +1,49 @@
+"""Driver result blocks and the attribute escaping shared by the tag parser and the driver.
+
+Data contract:
+- `escape_attr(value)` escapes & " < > newline CR for a double-quoted attribute value;
+  `unescape_attr(value)` undoes it and also decodes &apos; and numeric references (&#NN; &#xHH;);
+  a reference to no valid code point (0, surrogates, > 0x10FFFF) stays as written.
+- `result_block(tag, body, attrs=None)` -> `<tag a="v">\\nbody\\n</tag>` (attrs in the given
+  order, values escaped; the newline before the end tag is added only when `body` is non-empty
+  and lacks one). A tag outside [a-z][a-z0-9-]* or an attribute name outside ATTR_NAME is a
+  ValueError: the callers are code, not model output.
+"""
+import re
+
+ATTR_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.:-]*")
+_ENTITY = re.compile(r"&(#[0-9]{1,7}|#[xX][0-9A-Fa-f]{1,6}|quot|amp|lt|gt|apos);")
+_NAMED_ENTITIES = {"quot": '"', "amp": "&", "lt": "<", "gt": ">", "apos": "'"}
+_BLOCK_NAME = re.compile(r"[a-z][a-z0-9-]*")
+
+
+def escape_attr(value):
+    return (value.replace("&", "&amp;").replace('"', "&quot;").replace("<", "&lt;")
+            .replace(">", "&gt;").replace("\n", "&#10;").replace("\r", "&#13;"))
+
+
+def _entity(match):
+    name = match.group(1)
+    if not name.startswith("#"):
+        return _NAMED_ENTITIES[name]
+    code = int(name[2:], 16) if name[1] in "xX" else int(name[1:])
+    if 0 < code <= 0x10FFFF and not 0xD800 <= code <= 0xDFFF:
+        return chr(code)
+    return match.group(0)
+
+
+def unescape_attr(value):
+    return _ENTITY.sub(_entity, value) if "&" in value else value
+
+
+def result_block(tag, body, attrs=None):
+    """A driver block: `<tag a="v">\\nbody\\n</tag>` with attribute values escaped."""
+    if not _BLOCK_NAME.fullmatch(tag):
+        raise ValueError(f"bad block tag name: {tag!r}")
+    parts = []
+    for name, value in (attrs or {}).items():
+        if not ATTR_NAME.fullmatch(name):
+            raise ValueError(f"bad attribute name: {name!r}")
+        parts.append(f' {name}="{escape_attr(str(value))}"')
+    newline = "" if body == "" or body.endswith("\n") else "\n"
+    return f"<{tag}{''.join(parts)}>\n{body}{newline}</{tag}>"
