@@ -64,7 +64,6 @@ class Run:
                 "cache_write_tokens", "finish_reason", "elapsed", "attempts", "estimated")}
         self.append("stats", json.dumps(body, sort_keys=True))
 
-
     def provider_client(self):
         if self.client is None:
             import nagent_llm
@@ -120,7 +119,7 @@ def repeated_too_often(run, actions, limit):
 
 
 def process_tags(run, actions):
-    """Run each action in order, appending its result; returns continuation prompts."""
+    """Run each action in order, appending its result (and any continuation prompt)."""
     for action in actions:
         outcome = process_action(action, run.session.action_context)
         if outcome.block:
@@ -176,8 +175,34 @@ def outcome(run, response, code, error=None):
                       run.conv_stats, error)
 
 
+def reply_notes(parsed, actions, responses):
+    """What the model should hear about how its (valid) reply was taken."""
+    notes = []
+    if parsed.cut_at is not None:
+        notes.append(f"Your reply wrote the driver's <{parsed.cut_tag}> block; everything from "
+                     "there on was discarded unrun. Never write result blocks: the driver appends them.")
+    if parsed.duplicates_dropped:
+        notes.append(f"{parsed.duplicates_dropped} repeated identical action(s) in your reply ran once.")
+    if actions and responses:
+        notes.append("Your <nagent-response> was not final because the reply also asked for "
+                     "actions; respond again after reading their results.")
+    return notes
+
+
+def record_invalid(run, text, attrs, parsed, failures):
+    """Keep the invalid reply and its correction; a ProtocolFailure once retries run out."""
+    record = run.append("reply", text, dict(attrs, valid="false"))
+    run.append("system", correction_text(f"{parsed.error.rstrip('.')} (your reply is kept as "
+                                         f"record {record.seq} and not repeated here)."))
+    if failures > run.session.limits.max_format_retries:
+        return ProtocolFailure("the model kept replying outside the nagent tag protocol",
+                               f"{failures} invalid replies in a row",
+                               "the conversation file holds every reply; try again or switch model")
+    return None
+
+
 def _loop(run, prompt, source):
-    session = run.session
+    limits = run.session.limits
     start_conversation(run)
     run.append("prompt", prompt, {"source": source})
     format_failures = 0
@@ -186,9 +211,9 @@ def _loop(run, prompt, source):
             try:
                 maybe_compact(run, utc_now())
                 text, result, continued = next_reply(run, spinner)
+            except LimitError as error:
+                return final_summary(run, spinner, error)
             except NagentError as error:
-                if isinstance(error, LimitError):
-                    return final_summary(run, spinner, error)
                 return outcome(run, None, error.exit_code, error.as_dict())
             attrs = {"provider": result.provider, "model": result.model, "finish": result.finish_reason}
             if continued:
@@ -196,40 +221,24 @@ def _loop(run, prompt, source):
             parsed = parse_response(text)
             if not parsed.valid:
                 format_failures += 1
-                record = run.append("reply", text, dict(attrs, valid="false"))
-                run.append("system", correction_text(f"{parsed.error.rstrip('.')} (your reply is kept as "
-                                                     f"record {record.seq} and not repeated here)."))
-                if format_failures > session.limits.max_format_retries:
-                    error = ProtocolFailure("the model kept replying outside the nagent tag protocol",
-                                            f"{format_failures} invalid replies in a row",
-                                            "the conversation file holds every reply; try again or "
-                                            "switch model")
-                    return outcome(run, None, error.exit_code, error.as_dict())
+                failure = record_invalid(run, text, attrs, parsed, format_failures)
+                if failure:
+                    return outcome(run, None, failure.exit_code, failure.as_dict())
                 continue
             format_failures = 0
             if parsed.cut_at is not None:
                 attrs["cut"] = str(len(kept_reply(text, parsed)))
             run.append("reply", text, dict(attrs, valid="true"))
-            notes = []
-            if parsed.cut_at is not None:
-                notes.append(f"Your reply wrote the driver's <{parsed.cut_tag}> block; everything from "
-                             "there on was discarded unrun. Never write result blocks: the driver "
-                             "appends them.")
-            if parsed.duplicates_dropped:
-                notes.append(f"{parsed.duplicates_dropped} repeated identical action(s) in your reply "
-                             "ran once.")
             actions = [a for a in parsed.actions if a.kind != "response"]
             responses = [a for a in parsed.actions if a.kind == "response"]
-            if actions and responses:
-                notes.append("Your <nagent-response> was not final because the reply also asked for "
-                             "actions; respond again after reading their results.")
+            notes = reply_notes(parsed, actions, responses)
             if notes:
                 run.append("system", "<system>" + " ".join(notes) + "</system>")
             if not actions:
                 final = clean_user_output(responses[-1].body) if responses else ""
                 return outcome(run, final, EXIT_CODES["ok"])
-            repeated = repeated_too_often(run, actions, session.limits.repeat_limit)
-            if repeated and run.recent_actions[-1][1] > session.limits.repeat_limit:
+            repeated = repeated_too_often(run, actions, limits.repeat_limit)
+            if repeated and run.recent_actions[-1][1] > limits.repeat_limit:
                 # Past the warning: stop without running the same thing yet again.
                 return final_summary(run, spinner, LimitError(
                     "the model repeated the same action", run.recent_actions[-1][1],
