@@ -18,7 +18,6 @@ import os
 import random
 import shutil
 import sys
-import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -26,6 +25,9 @@ sys.path.insert(0, os.path.join(ROOT, "tests"))
 
 from base import clean_environ  # noqa: E402  (puts bin/helpers on sys.path)
 from fakes import FakeVendor  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_env import make_workspace  # noqa: E402
 
 MODEL = "claude-sonnet-4-6"
 CHECKPOINT_REPLY = """## Goal
@@ -122,17 +124,12 @@ def run_session(turns, runs, seed, window_config, label):
     import nagent_session
     from nagent_accounting import TokenStats, call_cost
     from types import SimpleNamespace
-    tmp = os.path.realpath(tempfile.mkdtemp(prefix="nagent-bench-"))
+    tmp, home, work, config_path = make_workspace("nagent-bench-", dict(
+        {"provider": "anthropic", "model": MODEL, "retry": {"base_delay": 0, "max_delay": 0}},
+        **window_config))
     saved_env, saved_cwd = dict(os.environ), os.getcwd()
     fake = FakeVendor().start()
     try:
-        home, work = os.path.join(tmp, "home"), os.path.join(tmp, "work")
-        os.makedirs(home)
-        os.makedirs(work)
-        config_path = os.path.join(tmp, "config.json")
-        with open(config_path, "w", encoding="utf-8") as handle:
-            json.dump(dict({"provider": "anthropic", "model": MODEL,
-                            "retry": {"base_delay": 0, "max_delay": 0}}, **window_config), handle)
         env = clean_environ()
         env.update(fake.env(), HOME=home, NAGENT_CONFIG=config_path, NAGENT_NO_SPINNER="1",
                    TMPDIR=tmp)

@@ -6,13 +6,11 @@ Usage: python3 benchmarks/startup.py [--runs N]   (default 10)
 `main(argv) -> [row dicts]` for benchmarks/run_all.py. Tools whose file does not exist yet
 are skipped. Runs use a temporary HOME and config, so nothing of the user's is read.
 """
-import json
 import os
 import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -21,6 +19,9 @@ sys.path.insert(0, os.path.join(REPO, "tests"))
 
 from base import clean_environ  # noqa: E402
 from fakes import FakeVendor  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_env import make_workspace  # noqa: E402
 
 HELP_TARGET = 3.0
 NO_MODEL = (("nagent", "--help"), ("nagent", "--status"), ("nagent", "--list-conversations"),
@@ -44,15 +45,10 @@ def median_ms(argv, env, cwd, runs):
 def main(argv=None):
     argv = list(argv or ())
     runs = int(argv[argv.index("--runs") + 1]) if "--runs" in argv else 10
-    root = tempfile.mkdtemp(prefix="nagent-bench-startup-")
+    root, home, cwd, config = make_workspace("nagent-bench-startup-",
+                                             {"retry": {"base_delay": 0, "max_delay": 0}})
     fake = FakeVendor().start()
     try:
-        home, cwd = os.path.join(root, "home"), os.path.join(root, "work")
-        os.makedirs(home)
-        os.makedirs(cwd)
-        config = os.path.join(root, "config.json")
-        with open(config, "w", encoding="utf-8") as handle:
-            json.dump({"retry": {"base_delay": 0, "max_delay": 0}}, handle)
         question = os.path.join(cwd, "question.txt")
         with open(question, "w", encoding="utf-8") as handle:
             handle.write("What is 2+2?\n")

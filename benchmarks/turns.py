@@ -17,7 +17,6 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -25,6 +24,9 @@ sys.path.insert(0, os.path.join(REPO, "tests"))
 
 from base import clean_environ  # noqa: E402
 from fakes import FakeVendor, common_prefix_len  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_env import make_workspace  # noqa: E402
 
 TURNS = 20
 PROVIDERS = ("openai", "anthropic", "google")
@@ -70,18 +72,13 @@ def canonical_messages(body):
 
 
 def run_once(provider):
-    root = tempfile.mkdtemp(prefix="nagent-bench-turns-")
+    root, home, cwd, config = make_workspace(
+        "nagent-bench-turns-", {"provider": provider, "retry": {"base_delay": 0, "max_delay": 0}})
     fake = TimedFake().start()
     try:
-        home, cwd = os.path.join(root, "home"), os.path.join(root, "work")
-        os.makedirs(home)
-        os.makedirs(cwd)
         for index in range(3):
             with open(os.path.join(cwd, f"notes-{index}.txt"), "w", encoding="utf-8") as handle:
                 handle.write(f"notes file {index}\n" * 20)
-        config = os.path.join(root, "config.json")
-        with open(config, "w", encoding="utf-8") as handle:
-            json.dump({"provider": provider, "retry": {"base_delay": 0, "max_delay": 0}}, handle)
         env = clean_environ()
         env.update(fake.env())
         env.update(HOME=home, NAGENT_CONFIG=config, NAGENT_NO_SPINNER="1", TMPDIR=root)

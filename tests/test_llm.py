@@ -1,7 +1,6 @@
 """Provider helper: settings precedence, request shapes, usage parsing, the retry policy and
 error reporting, in-process against the fake vendor servers (real SDKs, real wire formats)."""
 import os
-import sys
 
 from base import HermeticTestCase
 from fakes import FakeVendorTestCase
