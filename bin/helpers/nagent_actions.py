@@ -15,10 +15,9 @@ import uuid
 from dataclasses import dataclass, field
 
 from nagent_errors import NagentError
+from nagent_file_split_lib import READ_SPLIT_THRESHOLD_BYTES
 from nagent_fs import sha256_bytes, sha256_file
 from nagent_protocol_blocks import result_block
-
-READ_SPLIT_THRESHOLD_BYTES = 64 * 1024
 # Splitting reads the whole file into memory and writes as much again to the temp dir: a
 # runaway log or disk image must fail fast instead of filling both.
 SPLIT_MAX_BYTES = 256 * 1024 * 1024
@@ -67,7 +66,7 @@ def _resolve(path, ctx):
     return os.path.normpath(expanded)
 
 
-def read_text_file(path, limit=READ_SPLIT_THRESHOLD_BYTES, tag="nagent-read"):
+def read_text_file(path, limit=READ_SPLIT_THRESHOLD_BYTES):
     """(text, None) or (None, error message) for an inline read."""
     if "\x00" in path:
         return None, "path contains a NUL byte"
@@ -135,12 +134,12 @@ def ensure_split(path, ctx):
         binary = _looks_binary(path)
     except OSError as error:
         raise InputError("cannot read file", path, error.strerror or str(error)) from None
-    if size > SPLIT_MAX_BYTES:
-        raise InputError(f"file is too large to split ({size} bytes, limit {SPLIT_MAX_BYTES})", path,
-                         "read parts of it with a shell command such as head, tail or grep")
     if binary:
         raise InputError("binary file (contains NUL bytes); not split", path,
                          "inspect it with a shell command such as file or xxd | head")
+    if size > SPLIT_MAX_BYTES:
+        raise InputError(f"file is too large to split ({size} bytes, limit {SPLIT_MAX_BYTES})", path,
+                         "read parts of it with a shell command such as head, tail or grep")
     out_dir = split_dir_for(path, ctx)
     index_path = os.path.join(out_dir, "index.json")
     if os.path.exists(index_path):
@@ -170,20 +169,21 @@ def describe_split(index_path, index, reused):
 def execute_file_read(action, ctx):
     raw = action.attr("path", "")
     path = _resolve(raw, ctx)
+    if "\x00" not in path and os.path.isfile(path) and os.path.getsize(path) > READ_SPLIT_THRESHOLD_BYTES:
+        try:
+            index_path, index, reused = ensure_split(path, ctx)
+        except NagentError as error:
+            return error_block("nagent-file-read-result", error_text(error), {"path": raw})
+        except OSError as error:
+            return error_block("nagent-file-read-result", f"cannot split: {error.strerror}", {"path": raw})
+        return ActionOutcome(result_block("nagent-file-read-result",
+                                          describe_split(index_path, index, reused),
+                                          {"path": raw, "split": "true"}))
     text, problem = read_text_file(path)
-    if not problem:
-        return ActionOutcome(result_block("nagent-file-read-result", text,
-                                          {"path": raw, "bytes": str(len(text.encode()))}))
-    if "inline limit" not in problem:
+    if problem:
         return error_block("nagent-file-read-result", problem, {"path": raw})
-    try:
-        index_path, index, reused = ensure_split(path, ctx)
-    except NagentError as error:
-        return error_block("nagent-file-read-result", error_text(error), {"path": raw})
-    except OSError as error:
-        return error_block("nagent-file-read-result", f"cannot split: {error.strerror}", {"path": raw})
-    return ActionOutcome(result_block("nagent-file-read-result", describe_split(index_path, index, reused),
-                                      {"path": raw, "split": "true"}))
+    return ActionOutcome(result_block("nagent-file-read-result", text,
+                                      {"path": raw, "bytes": str(len(text.encode()))}))
 
 
 def execute_file_patch(action, ctx):

@@ -20,7 +20,6 @@ from nagent_config import api_key_for, expand_env_reference, resolve_settings
 from nagent_errors import ConfigError, SetupError
 from nagent_write_policy import WriteMode
 
-SPLIT_INLINE_LIMIT = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -137,9 +136,9 @@ def file_edit_facts(record, context_module, action_context):
     """Target facts for the per-file initial context; a large target starts from its split.
     The split comes first: a target too large or too binary to split is refused before the
     whole file is hashed."""
-    from nagent_actions import ensure_split
+    from nagent_actions import READ_SPLIT_THRESHOLD_BYTES, ensure_split
     try:
-        large = os.path.getsize(record["path"]) > SPLIT_INLINE_LIMIT
+        large = os.path.getsize(record["path"]) > READ_SPLIT_THRESHOLD_BYTES
     except OSError:
         large = False  # describe_file_target names the problem
     split = ensure_split(record["path"], action_context) if large else None
