@@ -95,6 +95,17 @@ class HermeticTestCase(unittest.TestCase):
         if contains:
             self.assertIn(contains, error_lines[0])
 
+    def make_outside_dir(self):
+        """A scratch dir outside every temp root (/tmp, /var/tmp, $TMPDIR), where main-mode writes
+        are refused. The test tree itself lives under /tmp, and so may a CI checkout."""
+        for parent in ("/dev/shm", REPO, self.home):
+            real = os.path.realpath(parent)
+            if os.access(real, os.W_OK) and not real.startswith(("/tmp/", "/var/tmp/")):
+                path = os.path.realpath(tempfile.mkdtemp(prefix="nagent-outside-", dir=real))
+                self.addCleanup(shutil.rmtree, path, True)
+                return path
+        self.skipTest("needs a writable directory outside the temp roots")
+
     @contextmanager
     def patched_environ(self):
         saved = dict(os.environ)

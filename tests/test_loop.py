@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 
-from base import BIN, REPO
+from base import BIN
 from fakes import FakeVendorTestCase
 
 import nagent_conversation
@@ -148,8 +148,7 @@ class EveryTagRunTest(NagentRunCase):
         self.write_file("tricky.txt", TRICKY)
         allowed = os.path.join(self.tmpdir, "out.txt")
         # The test tree lives under /tmp, where writes are allowed: the refused target must not.
-        refused = os.path.join(REPO, f".nagent-refused-{os.getpid()}.txt")
-        self.addCleanup(lambda: os.path.exists(refused) and os.unlink(refused))
+        refused = os.path.join(self.make_outside_dir(), "refused.txt")
         self.fake.reply(
             '<nagent-read path="small.txt"/>\n<nagent-read path="big.txt"/>\n'
             '<nagent-read path="missing.txt"/>\n<nagent-read path="bin.dat"/>\n'
