@@ -20,10 +20,8 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import stat
 import sys
-import tempfile
 import threading
 import time
 
@@ -266,10 +264,7 @@ def renameat2_works(directory):
 class AttackCase(FakeVendorTestCase):
     def setUp(self):
         super().setUp()
-        if not os.access("/dev/shm", os.W_OK):
-            self.skipTest("needs a writable directory outside the temp roots (/dev/shm)")
-        self.out = os.path.realpath(tempfile.mkdtemp(prefix="nagent-attack-", dir="/dev/shm"))
-        self.addCleanup(shutil.rmtree, self.out, True)
+        self.out = self.make_outside_dir()
         self.P, self.H, self.T = (os.path.join(self.out, n) for n in ("project", "home", "tmpdir"))
         self.C = os.path.join(self.out, "config", "nagent.json")
         self.tmplink = os.path.join(self.tmp, "tmplink")

@@ -5,9 +5,7 @@ Most attacks need a directory that is outside every temp root; the hermetic temp
 """
 import json
 import os
-import shutil
 import stat
-import tempfile
 
 from base import HermeticTestCase
 
@@ -20,10 +18,7 @@ MAIN = wp.WriteMode()
 class PolicyCase(HermeticTestCase):
     def setUp(self):
         super().setUp()
-        if not os.access("/dev/shm", os.W_OK):
-            self.skipTest("needs a writable directory outside the temp roots (/dev/shm)")
-        self.outside = os.path.realpath(tempfile.mkdtemp(prefix="nagent-outside-", dir="/dev/shm"))
-        self.addCleanup(shutil.rmtree, self.outside, True)
+        self.outside = self.make_outside_dir()
         self.assertFalse(any(self.outside.startswith(root + "/") for root in wp.temp_roots(self.env)))
 
     def make(self, path, content=b"old"):
