@@ -13,17 +13,24 @@ SDK_MODULES = ("openai", "anthropic", "google.genai")
 
 class DescriptionHelpTest(HermeticTestCase):
     def test_every_tool_has_description_and_help_without_sdk_imports(self):
+        import subprocess
+        import sys
+        from concurrent.futures import ThreadPoolExecutor
         self.assertIn("nagent", TOOLS)
         self.assertIn("nagent-llm-text", TOOLS)
-        for tool in TOOLS:
-            proc = self.run_tool(tool, "--description")
+
+        def probe(tool):
+            description = self.run_tool(tool, "--description")
+            help_proc = subprocess.run([sys.executable, "-X", "importtime", os.path.join(BIN, tool),
+                                        "--help"], capture_output=True, text=True, env=self.env)
+            return tool, description, help_proc
+
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            probes = list(pool.map(probe, TOOLS))
+        for tool, proc, help_proc in probes:
             self.assertEqual(proc.returncode, 0, (tool, proc.stderr))
             self.assertEqual(len(proc.stdout.strip().splitlines()), 1, tool)
             self.assertGreater(len(proc.stdout.strip()), 10, tool)
-            import subprocess
-            import sys
-            help_proc = subprocess.run([sys.executable, "-X", "importtime", os.path.join(BIN, tool),
-                                        "--help"], capture_output=True, text=True, env=self.env)
             self.assertEqual(help_proc.returncode, 0, (tool, help_proc.stderr[-500:]))
             self.assertIn("usage:", help_proc.stdout, tool)
             imported = {line.rsplit("|", 1)[-1].strip() for line in help_proc.stderr.splitlines()}
