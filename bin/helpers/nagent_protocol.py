@@ -33,6 +33,10 @@ THINKING_TAGS = ("think", "thinking")
 
 _WS = re.compile(r"[\s\ufeff]*")
 _CUT = re.compile(r"^[ \t]*<(nagent-[A-Za-z0-9_-]*-result|system)(?=[\s>/]|\Z)", re.M)
+# _CUT split in two: the first line, or one after "\n" (all that re.M's ^ means). The "\n" literal
+# lets the search skip ahead in C instead of trying a match at every offset (4-8x faster).
+_CUT_FIRST = re.compile(r"[ \t]*<(nagent-[A-Za-z0-9_-]*-result|system)(?=[\s>/]|\Z)")
+_CUT_LATER = re.compile(r"\n[ \t]*<(nagent-[A-Za-z0-9_-]*-result|system)(?=[\s>/]|\Z)")
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.:-]*")
 # The common shape (no attribute or one plain double-quoted one) skips the general loop.
 _OPEN_FAST = re.compile(r'(?:[ \t]+([A-Za-z_][A-Za-z0-9_.:-]*)="([^"&\n]*)")?[ \t]*(/?)>')
@@ -40,6 +44,12 @@ _FENCE_OPEN = re.compile(r"(`{3,})([A-Za-z0-9_.+#-]*)[ \t\r]*(?:\n|\Z)")
 _FENCE_CLOSE = re.compile(r"`{3,}[ \t\r]*(?:\n|\Z)")
 _FENCE_LINE = re.compile(r"^ {0,3}(`{3,})[ \t\r]*$", re.M)
 _STUTTER_MAX = 65536  # stutters are short tags; don't copy huge bodies just to compare them
+# Fast path for the commonest tags (no attributes, trimmed body); anything unusual re-parses slowly.
+# Group 1 is the opening tag, 2 its kind, 3 the body minus its leading newline. A body without
+# '<' needs no search for its closing tag or for a second opening tag.
+_SIMPLE_KINDS = ("shell", "next", "agent", "response")
+_SIMPLE = re.compile(
+    r"[\s\ufeff]*+(<nagent-(shell|next|agent|response)>)(?:\r?\n)?([^<]*+)</nagent-\2>")
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +69,26 @@ class Action:
     def as_dict(self):
         return {"kind": self.kind, "attrs": dict(self.attrs), "body": self.body,
                 "start": self.start, "end": self.end}
+
+
+def _action_maker():
+    """An Action constructor that skips the frozen __init__'s generic setattr calls (2x faster)."""
+    new = object.__new__
+    set_kind, set_body, set_attrs, set_start, set_end = (
+        Action.__dict__[name].__set__ for name in ("kind", "body", "attrs", "start", "end"))
+
+    def make(kind, body, attrs, start, end):
+        action = new(Action)
+        set_kind(action, kind)
+        set_body(action, body)
+        set_attrs(action, attrs)
+        set_start(action, start)
+        set_end(action, end)
+        return action
+    return make
+
+
+_make_action = _action_maker()
 
 
 @dataclass(frozen=True, slots=True)
@@ -306,9 +336,28 @@ def _scan(text, cut):
     n = len(text)
     pos = _leaked_thinking_end(text)
     actions, fence, repeats, last_raw = [], [None, 0], 0, None
+    skip_ws, simple_at, append = _WS.match, _SIMPLE.match, actions.append
+    fast = True  # off after a general-path read/write, whose stutters the fast path can't match
     try:
         while True:
-            pos = _WS.match(text, pos).end()
+            simple = simple_at(text, pos) if fast else None
+            if simple and fence[0] != "closed":
+                # The general path below, inlined for a '<'-free body; odd cases fall through.
+                # Here a stutter (last_raw prefixing the text) is exactly raw == last_raw.
+                at, pos = simple.start(1), simple.end()
+                raw = text[at:pos] if pos - at <= _STUTTER_MAX else None
+                if raw is not None and raw == last_raw:
+                    repeats += 1
+                    continue
+                kind, body = simple.group(2, 3)
+                if kind == "response" or (body and not body.isspace()):
+                    if body and body[-1] == "\n":
+                        body = body[:-2] if body[-2:] == "\r\n" else body[:-1]
+                    append(_make_action(kind, body, (), at, pos))
+                    last_raw = raw
+                    continue
+                pos = at
+            pos = skip_ws(text, pos).end()
             if pos >= n:
                 break
             if last_raw and fence[0] != "closed" and text.startswith(last_raw, pos):
@@ -320,6 +369,7 @@ def _scan(text, cut):
                 pos = _tag(text, pos, actions, fence)
                 grew = len(actions) > count and pos - actions[-1].start <= _STUTTER_MAX
                 last_raw = text[actions[-1].start:pos] if grew else None
+                fast = not grew or actions[-1].kind in _SIMPLE_KINDS
             elif text.startswith("```", pos):
                 pos = _fence(text, pos, actions, fence)
             else:
@@ -334,13 +384,14 @@ def _scan(text, cut):
 
 
 def _collapse(actions):
-    kept, dropped = [], 0
+    kept, dropped, last = [], 0, None
     for action in actions:
-        if kept and (kept[-1].kind, kept[-1].attrs, kept[-1].body) == (
-                action.kind, action.attrs, action.body):
+        if last is not None and action.body == last.body and action.kind == last.kind \
+                and action.attrs == last.attrs:
             dropped += 1
             continue
         kept.append(action)
+        last = action
     return kept, dropped
 
 
@@ -349,7 +400,7 @@ def parse_response(text):
     if not text.strip():
         return Parse(error="empty reply.")
     cut_at = cut_tag = None
-    match = _CUT.search(text)
+    match = _CUT_FIRST.match(text) or _CUT_LATER.search(text)
     if match:
         cut_at, cut_tag = match.start(1) - 1, match.group(1)
     try:
