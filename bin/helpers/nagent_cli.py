@@ -153,6 +153,7 @@ def add_provider_flags(parser):
 
 
 def provider_overrides(args):
-    """CLI flags as a settings-override dict (only the flags the user gave)."""
+    """CLI flags (an argparse namespace or a dict of them) as settings overrides: only given ones."""
+    values = args if isinstance(args, dict) else vars(args)
     keys = ("provider", "model", "connect_timeout", "read_timeout", "max_attempts")
-    return {key: getattr(args, key) for key in keys if getattr(args, key, None) is not None}
+    return {key: values[key] for key in keys if values.get(key) is not None}

@@ -183,8 +183,11 @@ def api_key_for(settings):
                      f"export {row.key_env[0]}=..." if row.key_env else "")
 
 
-def loop_setting(settings_or_config, key, default):
-    """Non-provider settings (loop, shell, cache ...) from the merged config with a default."""
-    config = settings_or_config.config if isinstance(settings_or_config, Settings) else settings_or_config
-    value = config.get(key, default) if isinstance(config, dict) else default
-    return default if value is None else value
+def config_number(config, key, default, minimum=0):
+    """A numeric setting (loop limits, shell, windows ...) from a config object, checked once here."""
+    value = config.get(key) if isinstance(config, dict) else None
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < minimum:
+        raise ConfigError(f"{key} must be a number >= {minimum}", repr(value))
+    return value

@@ -157,8 +157,7 @@ def list_models(options):
     import nagent_llm
     from nagent_config import resolve_settings
     from nagent_cli import provider_overrides
-    from types import SimpleNamespace
-    settings = resolve_settings(provider_overrides(SimpleNamespace(**options)))
+    settings = resolve_settings(provider_overrides(options))
     listing = nagent_llm.list_models(settings)
     return listing, "\n".join(listing["models"])
 
@@ -177,14 +176,13 @@ def summarize(options):
     import nagent_llm
     from nagent_config import resolve_settings
     from nagent_cli import Spinner, provider_overrides
-    from types import SimpleNamespace
     path = selected_path(options)
     if not os.path.exists(path):
         raise InputError("no conversation to summarize", path, "run a prompt first")
     text = conversation_text(path)
     if not text.strip():
         raise InputError("the conversation has no turns yet", path)
-    settings = resolve_settings(provider_overrides(SimpleNamespace(**options)))
+    settings = resolve_settings(provider_overrides(options))
     prompt = ("Summarize this agent conversation for the user who ran it: the goal, what was done, "
               "decisions, the current state and open questions. Plain text, concise.\n\n" + text)
     with Spinner("summarizing"):

@@ -16,10 +16,9 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from nagent_cli import secret_values
-from nagent_config import api_key_for, expand_env_reference, resolve_settings
+from nagent_config import api_key_for, config_number, expand_env_reference, resolve_settings
 from nagent_errors import ConfigError, SetupError
 from nagent_write_policy import WriteMode
-
 
 
 @dataclass(frozen=True)
@@ -46,23 +45,14 @@ class Session:
     file_edit: dict | None = None
 
 
-def _int_setting(config, key, default, minimum=0):
-    value = config.get(key, default)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < minimum:
-        raise ConfigError(f"{key} must be a number ≥ {minimum}", repr(value))
-    return value
-
-
 def loop_limits(config, options):
-    max_calls = options.get("max_calls") or _int_setting(config, "max_calls", 40, 1)
+    max_calls = options.get("max_calls") or config_number(config, "max_calls", 40, 1)
     return LoopLimits(
         max_calls=int(max_calls),
-        max_format_retries=int(_int_setting(config, "max_format_retries", 3)),
-        max_continuations=int(_int_setting(config, "max_continuations", 3)),
-        repeat_limit=int(_int_setting(config, "repeat_limit", 3, 2)),
-        lock_timeout=float(_int_setting(config, "lock_timeout", 3.0)),
+        max_format_retries=int(config_number(config, "max_format_retries", 3)),
+        max_continuations=int(config_number(config, "max_continuations", 3)),
+        repeat_limit=int(config_number(config, "repeat_limit", 3, 2)),
+        lock_timeout=float(config_number(config, "lock_timeout", 3.0)),
     )
 
 
@@ -73,8 +63,8 @@ def shell_policy(config, options, cwd):
         raise ConfigError("shell must be an object", repr(section))
     writable = section.get("writable") or ()
     policy = ShellPolicy(
-        timeout=float(options.get("shell_timeout") or section.get("timeout", 120.0)),
-        output_cap=int(section.get("output_cap", 32 * 1024)),
+        timeout=float(options.get("shell_timeout") or config_number(section, "timeout", 120.0)),
+        output_cap=int(config_number(section, "output_cap", 32 * 1024)),
         approval=options.get("shell_approval") or config.get("shell_approval")
         or section.get("approval", "auto"),
         sandbox=options.get("shell_sandbox") or config.get("shell_sandbox")
@@ -167,8 +157,8 @@ def shell_environ(environ):
 def build_session(options, environ, cwd):
     from nagent_actions import ActionContext
     import nagent_conversation_lifecycle as lifecycle
-    settings = resolve_settings({key: options.get(key) for key in (
-        "provider", "model", "connect_timeout", "read_timeout", "max_attempts")}, environ)
+    from nagent_cli import provider_overrides
+    settings = resolve_settings(provider_overrides(options), environ)
     api_key_for(settings)   # a missing key stops the run before anything is written
     config = settings.config
     path, mode, record, pid = resolve_conversation(options, environ)
@@ -179,8 +169,8 @@ def build_session(options, environ, cwd):
     action_context = ActionContext(
         cwd=cwd, environ=shell_environ(environ), write_mode=mode, conversation=path, side_dir=side_dir,
         shell_policy=shell_policy(config, options, cwd), settings=settings, pid=pid, depth=depth,
-        max_depth=int(_int_setting(config, "max_agent_depth", 3)),
-        agent_timeout=float(_int_setting(config, "agent_timeout", 1800.0, 1)),
+        max_depth=int(config_number(config, "max_agent_depth", 3)),
+        agent_timeout=float(config_number(config, "agent_timeout", 1800.0, 1)),
         secret_names=secret_names(config), secrets=secrets,
         nagent_bin=os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(__file__))), "nagent"),
     )

@@ -30,6 +30,7 @@ import json
 import os
 import re
 from dataclasses import dataclass
+from nagent_config import config_number
 
 SCHEMA = ("Goal", "Decisions", "Current state", "Next steps", "Open questions")
 USER_NOTES = "## User notes"
@@ -53,21 +54,11 @@ def window_settings(settings):
     window = settings.provider.context_window
     default_max = int(window * 4 * 0.5) if window else 400_000
     return WindowSettings(
-        checkpoint_every_bytes=_byte_setting(config, "checkpoint_every_bytes", 200_000),
-        window_max_bytes=_byte_setting(config, "window_max_bytes", default_max),
-        tail_bytes=_byte_setting(config, "window_tail_bytes", 40_000),
-        side_threshold=_byte_setting(config, "side_threshold_bytes", 4096),
+        checkpoint_every_bytes=int(config_number(config, "checkpoint_every_bytes", 200_000)),
+        window_max_bytes=int(config_number(config, "window_max_bytes", default_max)),
+        tail_bytes=int(config_number(config, "window_tail_bytes", 40_000)),
+        side_threshold=int(config_number(config, "side_threshold_bytes", 4096)),
     )
-
-
-def _byte_setting(config, key, default):
-    value = config.get(key)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-        from nagent_errors import ConfigError
-        raise ConfigError(f"{key} must be a number of bytes >= 0 (0 turns it off)", repr(value))
-    return int(value)
 
 
 # -- checkpoint text (pure) ----------------------------------------------------------------
@@ -329,15 +320,15 @@ def refresh_checkpoint(run, now):
     return text
 
 
-def maybe_checkpoint(run, now):
-    w = window_settings(run.session.settings)
-    size = os.path.getsize(run.session.path)
+def maybe_checkpoint(run, now, every_bytes, size):
     window = current_window(run.writer.records())
-    retire_stale_checkpoint(run.session.path, window, size)
-    _, meta = read_checkpoint(run.session.path)
+    if retire_stale_checkpoint(run.session.path, window, size):
+        meta = None
+    else:
+        _, meta = read_checkpoint(run.session.path)
     if meta and meta.get("window", 0) != window:
         meta = None
-    if checkpoint_due(size, meta, w.checkpoint_every_bytes):
+    if checkpoint_due(size, meta, every_bytes):
         refresh_checkpoint(run, now)
         return True
     return False
@@ -384,7 +375,7 @@ def maybe_compact(run, now):
         if w.window_max_bytes > 0 and size > w.window_max_bytes and \
                 window_growth(run.writer.records(), size) >= w.window_max_bytes // 4:
             return rebuild_window(run, now)
-        maybe_checkpoint(run, now)
+        maybe_checkpoint(run, now, w.checkpoint_every_bytes, size)
     except OSError as error:
         raise _io_error(run.session.path, error) from None
     return None
