@@ -19,7 +19,8 @@ def slurp(path):
 
 class PathsTest(HermeticTestCase):
     def test_home_and_dirs(self):
-        self.assertEqual(life.nagent_home(self.env), os.path.join(self.home, ".nagent"))
+        import nagent_paths
+        self.assertEqual(nagent_paths.nagent_home(self.env), os.path.join(self.home, ".nagent"))
         self.assertEqual(life.conversations_dir(self.env),
                          os.path.join(self.home, ".nagent", "conversations"))
         self.assertFalse(os.path.exists(life.conversations_dir(self.env)))

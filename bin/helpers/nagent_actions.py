@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from nagent_errors import NagentError
 from nagent_file_split_lib import READ_SPLIT_THRESHOLD_BYTES
 from nagent_fs import sha256_bytes, sha256_file
+from nagent_paths import within_any
 from nagent_protocol_blocks import result_block
 # Splitting reads the whole file into memory and writes as much again to the temp dir: a
 # runaway log or disk image must fail fast instead of filling both.
@@ -198,7 +199,7 @@ def execute_file_patch(action, ctx):
         # The patch also rewrites index.json and adds patches/ beside it: that directory must be
         # temp, or (per-file edit) a split of the target itself.
         directory = os.path.realpath(os.path.dirname(patch_lib.resolve_index_path(index_path)))
-        if not any(directory.startswith(root.rstrip("/") + "/") for root in temp_roots(ctx.environ)) \
+        if not within_any(directory, temp_roots(ctx.environ)) \
                 and not (ctx.write_mode.kind == "file-edit" and ctx.write_mode.target
                          and final == os.path.realpath(ctx.write_mode.target)):
             raise RefusedError("patch refused", raw, "the split's directory is outside the temp "

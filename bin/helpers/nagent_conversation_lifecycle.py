@@ -39,20 +39,12 @@ from nagent_conversation import (HEADER_MARK, Record, conversation_lock, encode_
 from nagent_conversation_tail import tail_state
 from nagent_errors import InputError, RefusedError, UsageError
 from nagent_fs import atomic_write, write_unique
+from nagent_paths import conversations_dir
 
 LOCK_TIMEOUT = 0.5  # lifecycle commands fail fast: a live run keeps its lock for minutes
 HEAD_BYTES = 64 * 1024
 NAME_FIX = "use a plain file name: no '/', no leading '.' or '-', at most 200 characters"
 _UNSAFE_RE = re.compile(r"[^A-Za-z0-9._-]+")
-
-
-def nagent_home(environ=None):
-    environ = os.environ if environ is None else environ
-    return os.path.join(environ.get("HOME") or os.path.expanduser("~"), ".nagent")
-
-
-def conversations_dir(environ=None):
-    return os.path.join(nagent_home(environ), "conversations")
 
 
 def sanitize(text):

@@ -25,6 +25,7 @@ import stat
 import subprocess
 
 from nagent_fs import atomic_write, existing_mode
+from nagent_paths import nagent_home, within
 
 NO_DESCRIPTION = "(no description)"
 MAX_DESCRIPTION = 200
@@ -37,27 +38,19 @@ def install_bin_dir():
     return os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
 
 
-def _home(environ):
-    return environ.get("HOME") or os.path.expanduser("~")
-
-
 def default_bin_dirs(environ=None):
     environ = os.environ if environ is None else environ
-    return [install_bin_dir(), os.path.join(_home(environ), ".nagent", "bin")]
+    return [install_bin_dir(), os.path.join(nagent_home(environ), "bin")]
 
 
 def default_cache_path(environ=None):
     environ = os.environ if environ is None else environ
-    return os.path.join(_home(environ), ".nagent", "cache", "tool-descriptions.json")
+    return os.path.join(nagent_home(environ), "cache", "tool-descriptions.json")
 
 
 def _skipped_name(name):
     return (name.startswith(".") or name == "helpers" or name == "__pycache__"
             or name.endswith((".pyc", "~", ".swp")))
-
-
-def _inside(path, directory):
-    return os.path.commonpath([path, directory]) == directory
 
 
 def list_candidates(bin_dirs):
@@ -75,7 +68,7 @@ def list_candidates(bin_dirs):
             if _skipped_name(name) or name in found:
                 continue
             real = os.path.realpath(os.path.join(directory, name))
-            if not _inside(real, directory):
+            if not within(real, directory):
                 continue
             try:
                 info = os.stat(real)

@@ -32,8 +32,9 @@ import re
 import time
 from datetime import datetime, timezone
 
-from nagent_errors import BusyError, ConfigError, InputError, UsageError
+from nagent_errors import BusyError, InputError, UsageError
 from nagent_fs import atomic_write, regular_file_stat
+from nagent_paths import conversations_dir
 
 INDEX_VERSION = 1
 LOCK_TIMEOUT_SECONDS = 5.0
@@ -45,18 +46,6 @@ _IS_DIRECTORY = ("is a directory", "give a file")
 def file_id_for_path(path) -> str:
     _real, st = regular_file_stat(path, _IS_DIRECTORY)
     return f"{st.st_dev}:{st.st_ino}"
-
-
-def _home(environ):
-    environ = os.environ if environ is None else environ
-    home = environ.get("HOME") or ""
-    if not os.path.isabs(home):
-        raise ConfigError("HOME is not set to an absolute path", home)
-    return home
-
-
-def conversations_dir(environ=None) -> str:
-    return os.path.join(_home(environ), ".nagent", "conversations")
 
 
 def file_index_path(pid: str, environ=None) -> str:

@@ -33,6 +33,7 @@ import time
 from dataclasses import dataclass
 
 from nagent_errors import ConfigError, InputError, SetupError
+from nagent_paths import within_any
 
 APPROVALS = ("auto", "confirm", "deny")
 SANDBOXES = ("none", "bwrap")
@@ -147,7 +148,7 @@ def _writable_roots(cwd, policy, environ):
     roots = []
     for path in sorted({os.path.realpath(p) for p in candidates if p}, key=len):
         # A dir already inside a writable root needs no bind of its own.
-        if not any(path == root or path.startswith(root.rstrip("/") + "/") for root in roots):
+        if not within_any(path, roots, inclusive=True):
             roots.append(path)
     return roots
 

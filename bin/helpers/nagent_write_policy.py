@@ -31,6 +31,7 @@ import stat
 from dataclasses import dataclass
 
 from nagent_errors import InputError, RefusedError
+from nagent_paths import within
 
 FIXED_TEMP_ROOTS = ("/tmp", "/var/tmp")
 PATH_MAX = 4096
@@ -64,10 +65,6 @@ def temp_roots(environ=None) -> tuple[str, ...]:
         if real != "/" and os.path.isdir(real) and real not in roots:
             roots.append(real)
     return tuple(roots)
-
-
-def _inside(path, root):
-    return path.startswith(root.rstrip("/") + "/")
 
 
 def _shown(path):
@@ -181,7 +178,7 @@ def _authorize(final, st, mode, roots, allow_segments):
                       and final == os.path.realpath(mode.target))
     if st is not None and st.st_nlink > 1 and not is_target_path:
         return "file has more than one hard link (it would alias another file)"
-    if any(_inside(final, root) for root in roots):
+    if any(within(final, root) for root in roots):
         return None
     if mode.kind == "main":
         return "main conversation may write only under " + ", ".join(roots)
@@ -265,7 +262,7 @@ def _open_parent(parent, roots):
             try:
                 next_fd = os.open(part, _DIR_FLAGS, dir_fd=fd)
             except FileNotFoundError:
-                if not any(_inside(child, root) for root in roots):
+                if not any(within(child, root) for root in roots):
                     raise _refuse(child, "parent directory does not exist (created only inside temp)")
                 try:
                     os.mkdir(part, 0o700, dir_fd=fd)

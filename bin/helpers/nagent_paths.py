@@ -1,0 +1,51 @@
+"""Path rules every other module shares: containment, and where nagent's own state lives.
+
+Data contract:
+- `within(path, root, inclusive=False)` is the one "is P inside R" rule. Both arguments must be
+  absolute, already-resolved paths (callers resolve with os.path.realpath once, where they
+  decide); it compares whole components, so "/tmpx" is not inside "/tmp", and everything is
+  inside "/". `inclusive=True` also accepts path == root.
+- `real_within(path, root, inclusive=False)` resolves both (symlinks, "..") and then applies
+  `within`: for callers holding unresolved paths.
+- `within_any(path, roots, inclusive=False)` is `within` over several roots.
+- `home_dir(environ)` is $HOME from `environ` (else the user's home; ConfigError when not
+  absolute); `nagent_home(environ)` is
+  its ".nagent" directory, `conversations_dir(environ)` that directory's "conversations".
+  Nothing here creates directories or touches the filesystem beyond resolving links.
+"""
+import os
+
+from nagent_errors import ConfigError
+
+
+def within(path, root, inclusive=False):
+    if path == root:
+        return inclusive
+    if root == "/":
+        return path.startswith("/")
+    return path.startswith(root.rstrip("/") + "/")
+
+
+def within_any(path, roots, inclusive=False):
+    return any(within(path, root, inclusive) for root in roots)
+
+
+def real_within(path, root, inclusive=False):
+    return within(os.path.realpath(path), os.path.realpath(root), inclusive)
+
+
+def home_dir(environ=None):
+    environ = os.environ if environ is None else environ
+    home = environ.get("HOME") or os.path.expanduser("~")
+    if not os.path.isabs(home):
+        # A relative HOME would put nagent's state wherever the command happens to run.
+        raise ConfigError("HOME is not set to an absolute path", home)
+    return home
+
+
+def nagent_home(environ=None):
+    return os.path.join(home_dir(environ), ".nagent")
+
+
+def conversations_dir(environ=None):
+    return os.path.join(nagent_home(environ), "conversations")
