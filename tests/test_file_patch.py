@@ -304,3 +304,55 @@ class PatchCliTest(PatchCase):
         self.assertCleanError(self.run_tool("nagent-file-patch", "--index", "nope/index.json"), 6,
                               "split index not found")
         self.assertCleanError(self.run_tool("nagent-file-patch"), 2)
+
+
+class ExpectFlagsTest(PatchCase):
+    """--expect-source/--expect-sha256: the driver's record of the split it made decides the
+    target, so an index changed in between (by the model or anyone) cannot redirect the patch."""
+
+    def test_expect_flags_refuse_any_other_target(self):
+        source, index = self.split("m.py", python_module())
+        victim = self.write_file("victim.py", python_module(3).decode())
+        self.edit(index, 0, lambda data: b"# hi\n" + data)
+        digest = index["source_sha256"]
+        before = self.read(source), self.read(victim)
+        # The index is tampered after the driver recorded the split: source -> victim.
+        tampered = dict(index, source=victim, source_sha256=split_lib.sha256_hex(self.read(victim)))
+        split_lib.write_index(os.path.join(self.cwd, "out"), tampered)
+        proc = self.run_tool("nagent-file-patch", "--index", "out", "--expect-source", source,
+                             "--expect-sha256", digest, "--json")
+        self.assertCleanError(proc, 10, "index does not describe the expected source")
+        error = json.loads(proc.stdout)
+        self.assertEqual((error["kind"], error["exit_code"]), ("refused", 10))
+        self.assertEqual((self.read(source), self.read(victim)), before)
+        split_lib.write_index(os.path.join(self.cwd, "out"), index)
+        proc = self.run_tool("nagent-file-patch", "--index", "out", "--expect-source", source,
+                             "--expect-sha256", "0" * 64)
+        self.assertCleanError(proc, 10, "index does not describe the expected source")
+        proc = self.run_tool("nagent-file-patch", "--index", "out", "--expect-source", victim,
+                             "--expect-sha256", digest)
+        self.assertCleanError(proc, 10, "index does not describe the expected source")
+        self.assertEqual((self.read(source), self.read(victim)), before)
+        proc = self.run_tool("nagent-file-patch", "--index", "out", "--expect-source", source,
+                             "--expect-sha256", digest, "--json")
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertEqual(json.loads(proc.stdout)["status"], "applied")
+        self.assertTrue(self.read(source).startswith(b"# hi\n"))
+
+    def test_expect_flags_come_together_and_are_documented(self):
+        self.assertCleanError(self.run_tool("nagent-file-patch", "--index", "out", "--expect-source",
+                                            "/x"), 2, "--expect-source and --expect-sha256")
+        help_text = self.run_tool("nagent-file-patch", "--help").stdout
+        self.assertIn("--expect-source", help_text)
+        self.assertIn("--expect-sha256", help_text)
+
+    def test_library_checks_before_anything_is_written(self):
+        source, index = self.split("m.py", python_module())
+        self.edit(index, 0, lambda data: b"# hi\n" + data)
+        before = self.read(source)
+        with self.assertRaises(RefusedError):
+            patch_lib.patch_from_index("out", expect=(source, "f" * 64))
+        with self.assertRaises(RefusedError):
+            patch_lib.patch_from_index("out", force=True, expect=("/etc/passwd", index["source_sha256"]))
+        self.assertEqual(self.read(source), before)
+        self.assertFalse(os.path.exists(os.path.join(self.cwd, "out", "patches")))

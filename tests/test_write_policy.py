@@ -6,6 +6,7 @@ Most attacks need a directory that is outside every temp root; the hermetic temp
 import json
 import os
 import stat
+from dataclasses import replace
 
 from base import HermeticTestCase
 
@@ -246,26 +247,33 @@ class FileEditModeTest(PolicyCase):
             json.dump(data, handle)
         return directory
 
-    def test_segments_of_target_allowed(self):
+    def granted(self, *paths):
+        """The mode as execute_write builds it: segments granted from nagent's split registry."""
+        return replace(self.mode, segments=frozenset(os.path.realpath(p) for p in paths))
+
+    def test_granted_segments_allowed(self):
         split = self.make_split(os.path.join(self.project, "split"), self.target)
         seg = os.path.join(split, "0001-Foo.py")
-        self.assertEqual(wp.validate_write_path(seg, self.mode, self.cwd, self.env), seg)
-        wp.write_file_atomic(seg, b"edited\n", self.mode, self.cwd, self.env)
+        mode = self.granted(seg)
+        self.assertEqual(wp.validate_write_path(seg, mode, self.cwd, self.env), seg)
+        wp.write_file_atomic(seg, b"edited\n", mode, self.cwd, self.env)
         self.assertEqual(self.read(seg), b"edited\n")
+        self.refused(os.path.join(split, "0002-Foo.py"), mode)   # listed by the index, not granted
 
-    def test_segment_rules_are_exact(self):
+    def test_an_index_naming_the_target_grants_nothing(self):
+        """Issue 10.1: authority never comes from an index.json the model can write."""
         split = self.make_split(os.path.join(self.project, "split"), self.target)
-        self.refused(os.path.join(split, "0003-Foo.py"), self.mode)
-        self.refused(os.path.join(split, "index.json"), self.mode)
-        self.refused(os.path.join(split, "nested", "0001-Foo.py"), self.mode)
-        self.refused(os.path.join(self.project, "0001-Foo.py"), self.mode)
+        for name in ("0001-Foo.py", "0003-Foo.py", "index.json"):
+            self.refused(os.path.join(split, name), self.mode)
+        sibling = self.make(os.path.join(self.project, "src", "Makefile"), b"all:\n")
+        with open(os.path.join(self.project, "src", "index.json"), "w", encoding="utf-8") as handle:
+            json.dump({"version": 1, "source": self.target, "segments": [{"file": "Makefile"}]}, handle)
+        self.refused(sibling, self.mode)
+        self.refused(sibling, self.granted(os.path.join(split, "0001-Foo.py")))
 
-    def test_index_by_renamed_target_id(self):
-        moved = os.path.join(self.project, "src", "Moved.py")
-        os.rename(self.target, moved)
-        split = self.make_split(os.path.join(self.project, "split"), moved)
-        self.assertTrue(wp.validate_write_path(os.path.join(split, "0002-Foo.py"), self.mode,
-                                               self.cwd, self.env))
+    def test_main_mode_ignores_granted_segments(self):
+        seg = self.make(os.path.join(self.project, "split", "0001-Foo.py"))
+        self.refused(seg, replace(MAIN, segments=frozenset({seg})))
 
     def test_tampered_index_grants_nothing(self):
         other = self.make(os.path.join(self.project, "src", "other.py"))
@@ -276,24 +284,17 @@ class FileEditModeTest(PolicyCase):
                                                                          "0001-Foo.py"]})
         self.refused(os.path.join(self.project, "escape.py"), self.mode)
         self.refused(os.path.join(bad, "0001-Foo.py"), self.mode)
-        garbage = os.path.join(self.project, "garbage")
-        self.make(os.path.join(garbage, "index.json"), b"{not json")
-        self.make(os.path.join(garbage, "0001-Foo.py"))
-        self.refused(os.path.join(garbage, "0001-Foo.py"), self.mode)
-
-    def test_symlinked_index_grants_nothing(self):
-        legit = self.make_split(os.path.join(self.project, "split"), self.target)
-        hostile = os.path.join(self.project, "hostile")
-        os.mkdir(hostile)
-        os.symlink(os.path.join(legit, "index.json"), os.path.join(hostile, "index.json"))
-        self.refused(os.path.join(hostile, "0001-Foo.py"), self.mode)
 
     def test_segment_hardlink_refused(self):
         split = self.make_split(os.path.join(self.project, "split"), self.target)
         victim = self.make(os.path.join(self.project, "victim.txt"), b"precious")
         os.unlink(os.path.join(split, "0001-Foo.py"))
         os.link(victim, os.path.join(split, "0001-Foo.py"))
-        self.refused(os.path.join(split, "0001-Foo.py"), self.mode, contains="hard link")
+        seg = os.path.join(split, "0001-Foo.py")
+        self.refused(seg, self.granted(seg), contains="hard link")
+        os.unlink(seg)
+        os.symlink(victim, seg)
+        self.refused(seg, self.granted(seg), contains="symlink")
 
     def test_missing_parent_outside_temp_not_created(self):
         mode = wp.WriteMode("file-edit", os.path.join(self.project, "gone", "x.py"), None)
@@ -321,10 +322,9 @@ class PatchSourceTest(PolicyCase):
         self.assertEqual(wp.validate_patch_source(target, mode, self.env), target)
         split = os.path.join(self.outside, "p", "split")
         self.make(os.path.join(split, "0001-big.py"))
-        with open(os.path.join(split, "index.json"), "w", encoding="utf-8") as handle:
-            json.dump({"source": target, "segments": [{"file": "0001-big.py"}]}, handle)
+        seg = os.path.join(split, "0001-big.py")
         with self.assertRaises(RefusedError):
-            wp.validate_patch_source(os.path.join(split, "0001-big.py"), mode, self.env)
+            wp.validate_patch_source(seg, replace(mode, segments=frozenset({seg})), self.env)
         with self.assertRaises(RefusedError):
             wp.validate_patch_source(self.make(os.path.join(self.outside, "p", "other.py")), mode, self.env)
 
@@ -399,3 +399,97 @@ class AtomicWriteTest(PolicyCase):
         from nagent_errors import InputError
         with self.assertRaises(InputError):
             wp.write_file_atomic(os.path.join(locked, "f"), b"x", MAIN, self.cwd, self.env)
+
+
+class NagentStateTest(PolicyCase):
+    """Issue 10.3: ~/.nagent and the NAGENT_CONFIG file are never written, whatever the temp roots
+    are. HOME lives under /tmp here, a temp root, which is exactly the case that used to leak."""
+
+    def setUp(self):
+        super().setUp()
+        self.state = os.path.join(self.home, ".nagent")
+        self.assertTrue(any(self.state.startswith(root + "/") for root in wp.temp_roots(self.env)))
+        self.config = self.make(os.path.join(self.state, "config.json"), b"{}\n")
+        self.env["NAGENT_CONFIG"] = self.make(os.path.join(self.tmpdir, "nagent.json"), b"{}\n")
+        target = self.make(os.path.join(self.outside, "project", "a.py"), b"A = 1\n")
+        st = os.stat(target)
+        self.edit = wp.WriteMode("file-edit", target, f"{st.st_dev}:{st.st_ino}")
+
+    def attempts(self):
+        return [os.path.join(self.state, "bin", "evil"), self.config,
+                os.path.join(self.state, "conversations", "latest-x"),
+                os.path.join(self.state, "cache", "tools.json"), self.state + "/../.nagent/x",
+                self.env["NAGENT_CONFIG"]]
+
+    def test_write_into_nagent_state_refused_in_both_modes(self):
+        before = self.snapshot(self.home, self.tmpdir)
+        for mode in (MAIN, self.edit):
+            for path in self.attempts():
+                with self.subTest(mode=mode.kind, path=path):
+                    self.refused(path, mode, contains="nagent's own state")
+                    with self.assertRaises(RefusedError):
+                        wp.write_file_atomic(path, b"pwned", mode, self.cwd, self.env)
+        self.assertEqual(self.snapshot(self.home, self.tmpdir), before)
+        self.assertFalse(os.path.exists(os.path.join(self.state, "bin")))
+
+    def test_state_reached_through_a_temp_symlink_is_refused(self):
+        link = os.path.join(self.tmpdir, "state-link")
+        os.symlink(self.state, link)
+        self.refused(os.path.join(link, "config.json"), contains="nagent's own state")
+        self.refused(os.path.join(link, "bin", "evil"), contains="nagent's own state")
+
+    def test_a_target_or_granted_segment_inside_state_is_refused(self):
+        target = self.make(os.path.join(self.state, "bin", "tool"), b"#!/bin/sh\n")
+        st = os.stat(target)
+        mode = wp.WriteMode("file-edit", target, f"{st.st_dev}:{st.st_ino}",
+                            segments=frozenset({self.config}))
+        self.refused(target, mode, contains="nagent's own state")
+        self.refused(self.config, mode, contains="nagent's own state")
+        with self.assertRaises(RefusedError):
+            wp.validate_patch_source(target, mode, self.env)
+        with self.assertRaises(RefusedError):
+            wp.validate_patch_source(self.config, MAIN, self.env)
+
+
+class TmpdirRootTest(PolicyCase):
+    """Issue 10.3: a $TMPDIR that is $HOME, an ancestor of $HOME or of the cwd, or inside
+    ~/.nagent is not a temp root: it grants nothing. HOME is outside the temp roots here."""
+
+    def setUp(self):
+        super().setUp()
+        self.home = os.path.join(self.outside, "home")
+        self.project = os.path.join(self.home, "project")
+        os.makedirs(os.path.join(self.home, ".nagent"))
+        os.makedirs(self.project)
+        self.env["HOME"] = self.home
+
+    def test_tmpdir_symlink_into_home_grants_nothing(self):
+        link = os.path.join(self.tmp, "tmp-link")
+        os.symlink(self.home, link)
+        env = dict(self.env, TMPDIR=link)
+        self.assertNotIn(self.home, wp.temp_roots(env, self.project))
+        before = self.snapshot(self.home)
+        for path in (os.path.join(link, ".bashrc"), os.path.join(link, "project", "x.py"),
+                     os.path.join(self.home, "new.txt")):
+            with self.assertRaises(RefusedError):
+                wp.write_file_atomic(path, b"pwned", MAIN, self.project, env)
+        self.assertEqual(self.snapshot(self.home), before)
+
+    def test_home_its_ancestors_cwd_ancestors_and_state_are_not_temp_roots(self):
+        elsewhere = os.path.join(self.outside, "elsewhere")
+        os.makedirs(elsewhere)
+        for tmpdir, cwd in ((self.home, self.project), (self.outside, elsewhere),
+                            (os.path.join(self.home, ".nagent"), elsewhere),
+                            (elsewhere, elsewhere), (elsewhere, os.path.join(elsewhere))):
+            with self.subTest(tmpdir=tmpdir, cwd=cwd):
+                env = dict(self.env, TMPDIR=tmpdir)
+                roots = wp.temp_roots(env, cwd)
+                self.assertNotIn(os.path.realpath(tmpdir), roots)
+                with self.assertRaises(RefusedError):
+                    wp.validate_write_path(os.path.join(tmpdir, "x.txt"), MAIN, cwd, env)
+                self.assertIn("not a temp root", wp.temp_root_problem(env, cwd))
+        sub = os.path.join(elsewhere, "scratch")
+        os.makedirs(sub)
+        env = dict(self.env, TMPDIR=sub)
+        self.assertIn(sub, wp.temp_roots(env, self.project))
+        self.assertIsNone(wp.temp_root_problem(env, self.project))
