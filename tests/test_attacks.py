@@ -11,7 +11,9 @@ nagent cwd, HOME, config) is built under /dev/shm, which is not a temp root; $TM
 that same tmpfs, so hard links between temp and protected files are possible.
 
 Placeholders: {P} project (cwd), {H} HOME, {T} $TMPDIR, {C} the NAGENT_CONFIG file, {CONV} the
-conversation file, {SEG} the first segment of a split of the target kept in the project.
+conversation file, {SEG} the first segment of a split of the target kept in the project (made by
+hand, so it grants nothing: only splits nagent itself made and recorded do), {OUT} the directory
+holding project, HOME and $TMPDIR.
 Expect: refused (status="error", nothing changes), contained (accepted, but the file lands inside
 temp), allowed (a control that must succeed).
 """
@@ -173,9 +175,10 @@ EDIT_ATTEMPTS = [
      "the target's split with its source tampered to a sibling"),
     ("patch-claims-target", "patch", "{P}/split-claims/index.json", "refused",
      "a sibling's split whose source was tampered to the target: hash mismatch"),
-    ("control-segment", "write", "{SEG}", "allowed", "control: a segment of the target's split"),
-    ("control-patch", "patch", "{P}/split-app/index.json", "allowed",
-     "control: patch the target from its split"),
+    ("hand-split-segment", "write", "{SEG}", "refused",
+     "a segment of a split of the target that nagent did not make: only its own record grants"),
+    ("hand-split-patch", "patch", "{P}/split-app/index.json", "refused",
+     "a split of the target that nagent did not make is not patched"),
     ("control-target", "write", "src/app.py", "allowed", "control: the target itself"),
     ("hardlink-after-replace", "write", "{P}/hard_app.py", "refused",
      "the hard link now alone holds the target's old inode: still not the target"),
@@ -190,6 +193,13 @@ TMPDIR_ATTEMPTS = [
      "a $TMPDIR symlink resolving to / is ignored"),
     ("tmpdir-missing", "/nonexistent-nagent-tmpdir", ["/nonexistent-nagent-tmpdir/x.txt"],
      "a missing $TMPDIR grants nothing and is not created"),
+    ("tmpdir-home-symlink", "{T}/fix/home_link", ["{T}/fix/home_link/.bashrc", "{H}/.profile"],
+     "a $TMPDIR symlink resolving to $HOME is not a temp root"),
+    ("tmpdir-home-ancestor", "{OUT}", ["{H}/.bashrc", "{P}/README.md"],
+     "a $TMPDIR that is an ancestor of $HOME (and of the cwd) is not a temp root"),
+    ("tmpdir-cwd", "{P}", ["{P}/README.md", "{P}/new.txt"], "a $TMPDIR that is the cwd is not a temp root"),
+    ("tmpdir-in-nagent-state", "{H}/.nagent", ["{H}/.nagent/config.json", "{H}/.nagent/bin/evil"],
+     "a $TMPDIR inside ~/.nagent is not a temp root"),
 ]
 
 RACE_WRITES = 40
@@ -309,7 +319,7 @@ class AttackCase(FakeVendorTestCase):
         links = {"link_bashrc": f"{H}/.bashrc", "link_inside": f"{fix}/inside.txt",
                  "dangling": f"{P}/created-by-dangling.txt", "dirlink": P, "chain1": f"{fix}/chain2",
                  "chain2": f"{P}/src", "link_target": self.target, "link_other": self.other,
-                 "root_link": "/"}
+                 "root_link": "/", "home_link": H}
         for name, where in links.items():
             os.symlink(where, os.path.join(fix, name))
         os.symlink(self.out, self.tmplink)
@@ -368,7 +378,7 @@ class AttackCase(FakeVendorTestCase):
     # -- running -------------------------------------------------------------------------
     def fill(self, text, conversation=""):
         return text.format(P=self.P, H=self.H, T=self.T, C=self.C, CONV=conversation, SEG=self.seg,
-                           SEGNAME=self.segname, TMPLINK=self.tmplink)
+                           SEGNAME=self.segname, TMPLINK=self.tmplink, OUT=self.out)
 
     @staticmethod
     def tag(kind, where, number):
@@ -492,7 +502,7 @@ class FileEditAttacks(AttackCase):
         before = snapshot(self.out)
         data = self.run_nagent("--file-edit", "src/app.py", "--pid", "4242")
         self.check_results(EDIT_ATTEMPTS, self.results(data["conversation"]))
-        allowed_prefixes = (*NAGENT_STATE, "project/split-app/")
+        allowed_prefixes = NAGENT_STATE
         self.assertOnlyChanged(before, lambda path: path == "project/src/app.py"
                                or path.startswith(allowed_prefixes)
                                or self.in_temp_but_not_fixtures(path))

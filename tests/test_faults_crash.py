@@ -34,12 +34,13 @@ import types
 from base import HermeticTestCase, clean_environ
 from fakes import FakeVendor, ReplySpec
 from test_concurrency import NAGENT, Zygote
+from test_file_edit import last_block, request_text
 
-import nagent_actions
 import nagent_conversation
 import nagent_conversation_lifecycle as lifecycle
 import nagent_file_edit_lib
 import nagent_file_split_lib as split_lib
+import nagent_split_registry
 
 SEED = 20261122
 WORKERS = 4
@@ -97,7 +98,8 @@ class Worker:
 
     def _next_reply(self, record):
         with self.script_lock:
-            return self.script.popleft() if self.script else "<nagent-response>unscripted</nagent-response>"
+            item = self.script.popleft() if self.script else "<nagent-response>unscripted</nagent-response>"
+        return item(record) if callable(item) else item
 
     def set_script(self, items):
         with self.script_lock:
@@ -148,25 +150,41 @@ class Worker:
         # The same bytes split the same way: the split the run will make, known in advance.
         first = split_lib.split_file(os.path.join(scratch, os.path.basename(big)),
                                      os.path.join(scratch, "split"))["segments"][0]
-        ctx = types.SimpleNamespace(environ=self.env, conversation=self.main_path)
-        split_dir = nagent_actions.split_dir_for(big, ctx)
-        segment = os.path.join(split_dir, first["file"])
         new_segment = f"segment rewritten by run {n}\n"
         written = os.path.join(self.tmpdir, f"w-{n}.txt")
         payload = "".join(f"payload {n} line {i}\n" for i in range(300))
-        texts = [f"<nagent-shell>sleep 0.05; echo shell-{n}</nagent-shell>\n"
-                 f'<nagent-write path="{written}">{payload}</nagent-write>',
-                 f'<nagent-file-read path="{big}"/>',
-                 f'<nagent-write path="{segment}">{new_segment}</nagent-write>\n'
-                 f'<nagent-file-patch index="{split_dir}/index.json"/>',
-                 f"<nagent-response>done {n}</nagent-response>"]
+        delays = [rng.uniform(0.02, 0.15) for _ in range(4)]
+
+        def edit_the_split(record):
+            # The split lives in a private directory nagent names: the model reads it off the result.
+            _head, body = last_block(request_text(record), "nagent-file-read-result")
+            index = body.split("index: ", 1)[1].split("\n", 1)[0]
+            segment = body.split("\n- ", 1)[1].split(": lines", 1)[0]
+            return ReplySpec(f'<nagent-write path="{segment}">{new_segment}</nagent-write>\n'
+                             f'<nagent-file-patch index="{index}"/>', delay=delays[2])
+
+        script = [ReplySpec(f"<nagent-shell>sleep 0.05; echo shell-{n}</nagent-shell>\n"
+                            f'<nagent-write path="{written}">{payload}</nagent-write>', delay=delays[0]),
+                  ReplySpec(f'<nagent-file-read path="{big}"/>', delay=delays[1]), edit_the_split,
+                  ReplySpec(f"<nagent-response>done {n}</nagent-response>", delay=delays[3])]
         return types.SimpleNamespace(
-            kind="main", args=[], response=f"done {n}\n",
-            script=[ReplySpec(text, delay=rng.uniform(0.02, 0.15)) for text in texts],
+            kind="main", args=[], response=f"done {n}\n", script=script, big=big,
+            first_segment=(old[:first["end_byte"]], new_segment.encode()),
             files={big: (old, new_segment.encode() + old[first["end_byte"]:]),
-                   written: (None, payload.encode()),
-                   segment: (None, old[:first["end_byte"]], new_segment.encode())},
-            json_files=[os.path.join(split_dir, "index.json"), self.index_path])
+                   written: (None, payload.encode())},
+            json_files=[self.index_path])
+
+    def split_files(self, plan):
+        """The split nagent made in the run, from its own registry: ({segment: (old, new)}, [index])."""
+        if plan.kind != "main":
+            return {}, []
+        registry = nagent_split_registry.load(lifecycle.side_dir(self.main_path))
+        splits = nagent_split_registry.splits_of(registry, os.path.realpath(plan.big))
+        if not splits:
+            return {}, []
+        entry = splits[-1]
+        segment = os.path.join(entry["directory"], entry["segments"][0]["file"])
+        return {segment: plan.first_segment}, [entry["index"]]
 
     def _file_edit_plan(self, rng, n):
         target = rng.choice(self.targets)
@@ -226,12 +244,13 @@ class Worker:
         killed = self.proc.returncode == -9
         if not killed:
             case.assertEqual((self.proc.returncode, out), (0, plan.response), f"{where}: {err}")
-        for path in plan.json_files:
+        split_files, split_json = self.split_files(plan)
+        for path in plan.json_files + split_json:
             if read_or_none(path) is not None:
                 json.loads(read_or_none(path))  # raises on a half-written file
                 if path.endswith("index.json"):
                     split_lib.load_index(path)
-        for path, (old, *new) in plan.files.items():
+        for path, (old, *new) in {**plan.files, **split_files}.items():
             case.assertIn(read_or_none(path), [old, *new], f"{where}: {path} is neither old nor new")
             if not killed:
                 case.assertEqual(read_or_none(path), new[-1], f"{where}: {path}")

@@ -104,7 +104,8 @@ class RegressionSplitReuse(SplitCase):
         self.assertNotIn(old_dir, block)
         self.assertNotIn("reused", block)
         segments = self.assertServesSource(block, source)
-        self.assertFalse(any(path.startswith(os.path.join(self.tmpdir, "nagent-splits")) for path in segments))
+        self.assertFalse(any(path.startswith(os.path.join(self.tmpdir, "nagent-splits") + "/")
+                             for path in segments))
 
     def test_a_segment_edited_but_not_patched_is_never_served_back(self):
         """10.4: the next file-read splits afresh and says where the unmerged edits are."""

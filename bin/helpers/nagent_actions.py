@@ -12,17 +12,13 @@ import os
 import subprocess
 import sys
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from nagent_errors import NagentError
 from nagent_file_split_lib import READ_SPLIT_THRESHOLD_BYTES
-from nagent_fs import sha256_bytes, sha256_file
-from nagent_paths import within_any
+from nagent_file_tools import (BINARY_SNIFF_BYTES, DEFAULT_MEMORY, DEFAULT_TIMEOUT, SPLIT_MAX_BYTES,  # noqa: F401
+                               describe_split, patch_registered, split_for_read)
 from nagent_protocol_blocks import result_block
-# Splitting reads the whole file into memory and writes as much again to the temp dir: a
-# runaway log or disk image must fail fast instead of filling both.
-SPLIT_MAX_BYTES = 256 * 1024 * 1024
-BINARY_SNIFF_BYTES = 8192
 
 
 @dataclass(frozen=True)
@@ -42,6 +38,8 @@ class ActionContext:
     extra_args: tuple = field(default=())
     secret_names: tuple = ()     # variables holding keys the config refers to: kept from shells
     secrets: tuple = ()          # key values: blanked in shell output, side files included
+    file_tool_timeout: float = DEFAULT_TIMEOUT   # split/patch tool processes
+    file_tool_memory: int = DEFAULT_MEMORY       # their address-space cap in bytes, 0 = none
 
 
 @dataclass(frozen=True)
@@ -106,65 +104,15 @@ def execute_read(action, ctx):
                                                                    "bytes": str(len(text.encode()))}))
 
 
-def splits_root(ctx):
-    from nagent_write_policy import temp_roots
-    roots = temp_roots(ctx.environ)
-    tmpdir = ctx.environ.get("TMPDIR")
-    base = os.path.realpath(tmpdir) if tmpdir and os.path.realpath(tmpdir) in roots else roots[0]
-    name = os.path.basename(ctx.conversation) or "conversation"
-    return os.path.join(base, "nagent-splits", name)
-
-
-def split_dir_for(path, ctx):
-    digest = sha256_bytes(os.path.realpath(path).encode())[:10]
-    return os.path.join(splits_root(ctx), f"{os.path.basename(path)}-{digest}")
-
-
 def _looks_binary(path):
     with open(path, "rb") as handle:
         return b"\x00" in handle.read(BINARY_SNIFF_BYTES)
 
 
 def ensure_split(path, ctx):
-    """Split `path` into the conversation's scratch dir, reusing an up-to-date split.
-    Files over SPLIT_MAX_BYTES and binary files (NUL bytes) are refused with InputError."""
-    import nagent_file_split_lib as split_lib
-    from nagent_errors import InputError
-    try:
-        size = os.path.getsize(path)
-        binary = _looks_binary(path)
-    except OSError as error:
-        raise InputError("cannot read file", path, error.strerror or str(error)) from None
-    if binary:
-        raise InputError("binary file (contains NUL bytes); not split", path,
-                         "inspect it with a shell command such as file or xxd | head")
-    if size > SPLIT_MAX_BYTES:
-        raise InputError(f"file is too large to split ({size} bytes, limit {SPLIT_MAX_BYTES})", path,
-                         "read parts of it with a shell command such as head, tail or grep")
-    out_dir = split_dir_for(path, ctx)
-    index_path = os.path.join(out_dir, "index.json")
-    if os.path.exists(index_path):
-        try:
-            index = split_lib.load_index(index_path)
-            if index.get("source_sha256") == sha256_file(path):
-                return index_path, index, True
-        except NagentError:
-            pass
-    os.makedirs(out_dir, mode=0o700, exist_ok=True)
-    return index_path, split_lib.split_file(path, out_dir), False
-
-
-def describe_split(index_path, index, reused):
-    lines = [f"index: {index_path}", f"source: {index['source']} ({index['source_size']} bytes, "
-             f"{len(index['segments'])} segments, type {index['split_type']})"
-             + (" [reused: source unchanged]" if reused else "")]
-    directory = os.path.dirname(index_path)
-    for segment in index["segments"]:
-        lines.append(f"- {os.path.join(directory, segment['file'])}: lines {segment['first_line']}-"
-                     f"{segment['last_line']}, {segment['bytes']} bytes")
-    lines.append("Read segments with <nagent-read>, rewrite a segment whole with <nagent-write>, then "
-                 f'apply with <nagent-file-patch index="{index_path}"/>.')
-    return "\n".join(lines)
+    """(index path, index, reused) of nagent's split of `path` (see nagent_file_tools)."""
+    outcome = split_for_read(path, ctx)
+    return outcome.index_path, outcome.index, outcome.reused
 
 
 def execute_file_read(action, ctx):
@@ -172,13 +120,12 @@ def execute_file_read(action, ctx):
     path = _resolve(raw, ctx)
     if "\x00" not in path and os.path.isfile(path) and os.path.getsize(path) > READ_SPLIT_THRESHOLD_BYTES:
         try:
-            index_path, index, reused = ensure_split(path, ctx)
+            outcome = split_for_read(path, ctx)
         except NagentError as error:
             return error_block("nagent-file-read-result", error_text(error), {"path": raw})
         except OSError as error:
             return error_block("nagent-file-read-result", f"cannot split: {error.strerror}", {"path": raw})
-        return ActionOutcome(result_block("nagent-file-read-result",
-                                          describe_split(index_path, index, reused),
+        return ActionOutcome(result_block("nagent-file-read-result", describe_split(outcome),
                                           {"path": raw, "split": "true"}))
     text, problem = read_text_file(path)
     if problem:
@@ -188,25 +135,9 @@ def execute_file_read(action, ctx):
 
 
 def execute_file_patch(action, ctx):
-    import nagent_file_patch_lib as patch_lib
-    from nagent_errors import RefusedError
-    from nagent_write_policy import temp_roots, validate_patch_source
     raw = action.attr("index", "")
-    index_path = _resolve(raw, ctx)
-
-    def authorize(source):
-        final = validate_patch_source(source, ctx.write_mode, ctx.environ)
-        # The patch also rewrites index.json and adds patches/ beside it: that directory must be
-        # temp, or (per-file edit) a split of the target itself.
-        directory = os.path.realpath(os.path.dirname(patch_lib.resolve_index_path(index_path)))
-        if not within_any(directory, temp_roots(ctx.environ)) \
-                and not (ctx.write_mode.kind == "file-edit" and ctx.write_mode.target
-                         and final == os.path.realpath(ctx.write_mode.target)):
-            raise RefusedError("patch refused", raw, "the split's directory is outside the temp "
-                               "roots and is not a split of this session's target")
-
     try:
-        outcome = patch_lib.patch_from_index(index_path, authorize=authorize)
+        outcome = patch_registered(_resolve(raw, ctx), ctx, shown=raw)
     except NagentError as error:
         return error_block("nagent-file-patch-result", error_text(error), {"index": raw})
     if outcome.get("status") == "applied" and outcome.get("source"):
@@ -230,11 +161,23 @@ def refresh_target_id(path, ctx):
         pass
 
 
+def write_mode_now(ctx):
+    """The session's write mode plus, in a per-file session, the segments of the splits nagent
+    made of the target, from its own registry (never from an index.json the model can write)."""
+    mode = ctx.write_mode
+    if mode.kind != "file-edit" or not ctx.side_dir:
+        return mode
+    import nagent_split_registry as registry_lib
+    registry = registry_lib.load(ctx.side_dir)
+    return replace(mode, segments=registry_lib.granted_segments(registry, mode.target, mode.target_id))
+
+
 def execute_write(action, ctx):
     from nagent_write_policy import write_file_atomic
     raw = action.attr("path", "")
     try:
-        written = write_file_atomic(raw, action.body.encode("utf-8"), ctx.write_mode, ctx.cwd, ctx.environ)
+        written = write_file_atomic(raw, action.body.encode("utf-8"), write_mode_now(ctx), ctx.cwd,
+                                    ctx.environ)
     except NagentError as error:
         return error_block("nagent-write-result", error_text(error), {"path": raw})
     refresh_target_id(written["path"], ctx)

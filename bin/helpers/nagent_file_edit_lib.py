@@ -22,6 +22,9 @@ Resolution rule (how `resolve_file_edit` finds a file's conversation):
    path, the most recently used wins. Consequence: if you `mv a b` and then create a new `a`, whichever
    of the two is resolved first keeps the old conversation (id wins for `b`, path wins for new `a`).
 3. Else a new record with conversation "file-<stem>-<12 hex>".
+A file inside nagent's own state (~/.nagent, the NAGENT_CONFIG file) is never an edit target:
+`resolve_file_edit` refuses it (RefusedError) before the index is touched, as the write policy
+would refuse every write to it.
 `clear_file_edit` gives a file a new conversation name (the caller archives the old one).
 `list_file_edits` returns records by last_used (newest first) with "exists": whether the recorded
 path still holds the recorded id.
@@ -32,9 +35,9 @@ import re
 import time
 from datetime import datetime, timezone
 
-from nagent_errors import BusyError, InputError, UsageError
+from nagent_errors import BusyError, InputError, RefusedError, UsageError
 from nagent_fs import atomic_write, regular_file_stat
-from nagent_paths import conversations_dir
+from nagent_paths import conversations_dir, in_nagent_state
 
 INDEX_VERSION = 1
 LOCK_TIMEOUT_SECONDS = 5.0
@@ -221,6 +224,10 @@ def _update(path, pid, environ, now, fresh_conversation, lock_timeout):
 
 
 def resolve_file_edit(path, pid, environ=None, now=None, *, lock_timeout=LOCK_TIMEOUT_SECONDS) -> dict:
+    real, _st = regular_file_stat(path, _IS_DIRECTORY)
+    if in_nagent_state(real, environ):
+        raise RefusedError("nagent's own state is not an edit target", path,
+                           "~/.nagent and the NAGENT_CONFIG file are changed by hand, never by a model")
     record, _old, how, warning = _update(path, pid, environ, now, False, lock_timeout)
     record["matched_by"] = how or "new"
     if warning:

@@ -1,13 +1,17 @@
 """Merge edited split segments back into their source file.
 
 Data contract:
-- `patch_from_index(index_path, dry_run=False, force=False, authorize=None) -> dict` returns
+- `patch_from_index(index_path, dry_run=False, force=False, authorize=None, expect=None) -> dict`
+  returns
     {"status": "applied" | "dry-run" | "unchanged", "source": realpath, "index_path": path,
      "patch_path": path or None, "changed_lines": added + removed, "added_lines": n,
      "removed_lines": n, "hunks": n, "changed_segments": [file names], "forced": bool,
      "source_sha256": hash of the source after the call, "warnings": [str]}
-  Order of work: load the index (InputError if missing/corrupt) -> `authorize(realpath of the
-  source)` (raises RefusedError to stop; called before anything is written) -> read the source
+  Order of work: load the index (InputError if missing/corrupt) -> with `expect=(source,
+  sha256)`, the index must name that source (same realpath) with that source_sha256, else
+  RefusedError "index does not describe the expected source" (never overridden by `force`: the
+  caller's own record of the split decides the target, not the index file) -> `authorize(realpath
+  of the source)` (raises RefusedError to stop; called before anything is written) -> read the source
   and compare its sha256 with the index (RefusedError unless `force`) -> read every segment
   (a missing one is an InputError; merged bytes must be UTF-8) -> no difference: "unchanged",
   nothing written -> write `<index dir>/patches/<UTC stamp>-<n>.patch` (unified diff with
@@ -298,11 +302,23 @@ def _warnings(index, parts):
     return notes
 
 
-def patch_from_index(index_path, dry_run=False, force=False, authorize=None):
+def check_expected(index, source, expect, path):
+    """RefusedError unless the index names the expected source with the expected hash."""
+    want_source, want_sha = expect
+    if source != os.path.realpath(want_source) or index["source_sha256"] != want_sha:
+        raise RefusedError("index does not describe the expected source", path,
+                           f"expected {want_source} with sha256 {want_sha}; the index names "
+                           f"{index['source']} with {index['source_sha256']}: it changed since "
+                           "the split was made, so split the file again")
+
+
+def patch_from_index(index_path, dry_run=False, force=False, authorize=None, expect=None):
     path = resolve_index_path(index_path)
     index = load_index(path)
     directory = os.path.dirname(path)
     source = os.path.realpath(index["source"])
+    if expect is not None:
+        check_expected(index, source, expect, path)
     if authorize is not None:
         authorize(source)
     _, old = read_source(source)

@@ -11,6 +11,11 @@ Data contract:
 - `home_dir(environ)` is $HOME from `environ` (else the user's home; ConfigError when not
   absolute); `nagent_home(environ)` is
   its ".nagent" directory, `conversations_dir(environ)` that directory's "conversations".
+- `nagent_state_roots(environ)` -> realpaths of what nagent keeps for itself and must never be
+  a write or patch target whatever the temp roots are: ~/.nagent (config, conversations, bin/
+  whose executables run at the next context build, cache) and the file named by NAGENT_CONFIG
+  (when absolute). `in_nagent_state(real, environ)` tells whether a resolved path is one of them
+  or inside one (a missing HOME counts as "/" so nothing passes by accident).
   Nothing here creates directories or touches the filesystem beyond resolving links.
 """
 import os
@@ -49,3 +54,19 @@ def nagent_home(environ=None):
 
 def conversations_dir(environ=None):
     return os.path.join(nagent_home(environ), "conversations")
+
+
+def nagent_state_roots(environ=None):
+    environ = os.environ if environ is None else environ
+    try:
+        roots = [os.path.realpath(nagent_home(environ))]
+    except ConfigError:
+        return ("/",)   # no usable HOME: nothing can be shown to lie outside nagent's state
+    config = environ.get("NAGENT_CONFIG") or ""
+    if os.path.isabs(config):
+        roots.append(os.path.realpath(config))
+    return tuple(roots)
+
+
+def in_nagent_state(real, environ=None):
+    return within_any(real, nagent_state_roots(environ), inclusive=True)

@@ -7,8 +7,9 @@ parent_conversation, depth, shell_approval, shell_sandbox, shell_timeout, max_ca
 context, a factory for the initial context, meta for a new conversation, the prompt-cache
 key and the secret values that must never be written anywhere.
 Config keys read here (all optional): max_calls, max_format_retries, max_continuations,
-repeat_limit, lock_timeout, max_agent_depth, agent_timeout, shell: {timeout, output_cap,
-approval, sandbox, network, writable}.
+repeat_limit, lock_timeout, max_agent_depth, agent_timeout, file_tool_timeout (seconds),
+file_tool_memory_mb (0 = no cap), shell: {timeout, output_cap, approval, sandbox, network,
+writable}.
 """
 import hashlib
 import os
@@ -171,6 +172,8 @@ def build_session(options, environ, cwd):
         shell_policy=shell_policy(config, options, cwd), settings=settings, pid=pid, depth=depth,
         max_depth=int(config_number(config, "max_agent_depth", 3)),
         agent_timeout=float(config_number(config, "agent_timeout", 1800.0, 1)),
+        file_tool_timeout=float(config_number(config, "file_tool_timeout", 300.0, 0.1)),
+        file_tool_memory=int(config_number(config, "file_tool_memory_mb", 4096)) << 20,
         secret_names=secret_names(config), secrets=secrets,
         nagent_bin=os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(__file__))), "nagent"),
     )

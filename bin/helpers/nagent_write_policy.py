@@ -1,23 +1,29 @@
 """Write authority: which paths a structured write may touch, and a race-safe atomic writer.
 
 Data contract:
-- `WriteMode(kind, target, target_id)` is plain frozen data. kind "main" (the main conversation)
-  may write only inside the temp roots. kind "file-edit" may also write the target file (by its
-  realpath), the same file after a rename (an existing path whose "dev:inode" equals target_id and
-  whose link count is 1, while the target path itself no longer exists), and segment files of a
-  split of the target: DIR/<name> where DIR/index.json (a regular file, not a symlink) has a
-  `source` whose realpath is the target or has the target's file id, and lists `name` in
-  `segments[].file`. A tampered index whose source is another file grants nothing.
-- `temp_roots(environ)` -> realpaths of /tmp, /var/tmp and $TMPDIR (only when absolute and an
-  existing directory; a root that resolves to "/" is ignored), deduplicated, in that order.
+- `WriteMode(kind, target, target_id, segments)` is plain frozen data. kind "main" (the main
+  conversation) may write only inside the temp roots. kind "file-edit" may also write the target
+  file (by its realpath), the same file after a rename (an existing path whose "dev:inode" equals
+  target_id and whose link count is 1, while the target path itself no longer exists), and the
+  realpaths in `segments`: the segment files of splits of the target that nagent itself made,
+  as its split registry records them (nagent_split_registry.granted_segments). No file the
+  model can write (an index.json, a segment, a split directory) grants anything.
+- nagent's own state (nagent_paths.nagent_state_roots: ~/.nagent and the NAGENT_CONFIG file) is
+  never written, in any mode, whatever the temp roots are (HOME may itself lie under /tmp).
+- `temp_roots(environ, cwd)` -> realpaths of /tmp, /var/tmp and $TMPDIR, deduplicated, in that
+  order. $TMPDIR counts only when absolute, an existing directory, not "/", and not $HOME, an
+  ancestor of $HOME or of `cwd` (default: the process cwd), nor inside nagent's state: such a
+  TMPDIR grants nothing. `temp_root_problem(environ, cwd)` -> one line saying why $TMPDIR is not
+  a temp root, or None. `scratch_root(environ, cwd)` -> where nagent puts scratch directories:
+  $TMPDIR when it is a temp root, else the first temp root (InputError when there is none).
 - `validate_write_path(path, mode, cwd, environ)` -> the resolved absolute path, or raises
   RefusedError("write refused", path, reason). Relative paths resolve against `cwd`; `~` is never
   expanded. Everything is decided on real paths: symlinks and `..` are resolved before the check,
   a symlink as the final component is always refused (even one pointing inside temp), an existing
   directory is refused, and a file with more than one hard link is refused unless it is the target
   path itself (another link would alias a file we were not asked to write).
-- `validate_patch_source(source, mode, environ)` -> same rules for the file a split patch will
-  replace (main: temp roots; file-edit: the target or temp, never a segment).
+- `validate_patch_source(source, mode, environ, cwd)` -> same rules for the file a split patch
+  will replace (main: temp roots; file-edit: the target or temp, never a segment).
 - `write_file_atomic(path, data, mode, cwd, environ)` -> {path, bytes, created}. It validates, then
   walks from "/" with O_DIRECTORY|O_NOFOLLOW directory fds (creating missing parents 0700 only inside
   a temp root), re-checks the opened parent's real path, re-checks the final entry through the dir
@@ -30,14 +36,13 @@ import os
 import stat
 from dataclasses import dataclass
 
-from nagent_errors import InputError, RefusedError
-from nagent_paths import within
+from nagent_errors import ConfigError, InputError, RefusedError
+from nagent_paths import home_dir, in_nagent_state, within, within_any
 
 FIXED_TEMP_ROOTS = ("/tmp", "/var/tmp")
 PATH_MAX = 4096
 NAME_MAX = 255
-INDEX_NAME = "index.json"
-INDEX_MAX_BYTES = 16 * 1024 * 1024
+STATE_REASON = "nagent's own state (~/.nagent, the NAGENT_CONFIG file) is never written"
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
@@ -46,18 +51,55 @@ class WriteMode:
     kind: str = "main"
     target: str | None = None
     target_id: str | None = None
+    segments: frozenset = frozenset()
 
     def __post_init__(self):
         if self.kind not in ("main", "file-edit"):
             raise ValueError(f"unknown write mode kind: {self.kind!r}")
 
 
-def temp_roots(environ=None) -> tuple[str, ...]:
+def _tmpdir_problem(tmpdir, environ, cwd):
+    """Why `tmpdir` (as given) cannot be a temp root, or None."""
+    if not tmpdir:
+        return None
+    if not os.path.isabs(tmpdir):
+        return "it is relative (it would depend on the working directory)"
+    if not os.path.isdir(tmpdir):
+        return "it is not an existing directory"
+    real = os.path.realpath(tmpdir)
+    if real == "/":
+        return "it resolves to /"
+    try:
+        home = os.path.realpath(home_dir(environ))
+    except ConfigError:
+        return "HOME is not an absolute path"
+    if within(home, real, inclusive=True):
+        return "it is $HOME or an ancestor of $HOME"
+    if in_nagent_state(real, environ):
+        return "it is inside ~/.nagent"
+    try:
+        here = os.path.realpath(os.getcwd() if cwd is None else cwd)
+    except OSError:
+        return "the working directory is gone, so it cannot be shown to lie outside it"
+    if within(here, real, inclusive=True):
+        return "it is the working directory or an ancestor of it"
+    return None
+
+
+def temp_root_problem(environ=None, cwd=None):
+    environ = os.environ if environ is None else environ
+    tmpdir = environ.get("TMPDIR") or ""
+    problem = _tmpdir_problem(tmpdir, environ, cwd)
+    if problem is None:
+        return None
+    return f"TMPDIR={tmpdir} is not a temp root: {problem}; writes there are refused"
+
+
+def temp_roots(environ=None, cwd=None) -> tuple[str, ...]:
     environ = os.environ if environ is None else environ
     candidates = list(FIXED_TEMP_ROOTS)
     tmpdir = environ.get("TMPDIR") or ""
-    # A relative TMPDIR would depend on whoever's cwd; a missing one grants nothing real.
-    if tmpdir and os.path.isabs(tmpdir) and os.path.isdir(tmpdir):
+    if tmpdir and _tmpdir_problem(tmpdir, environ, cwd) is None:
         candidates.append(tmpdir)
     roots = []
     for candidate in candidates:
@@ -65,6 +107,17 @@ def temp_roots(environ=None) -> tuple[str, ...]:
         if real != "/" and os.path.isdir(real) and real not in roots:
             roots.append(real)
     return tuple(roots)
+
+
+def scratch_root(environ=None, cwd=None):
+    environ = os.environ if environ is None else environ
+    roots = temp_roots(environ, cwd)
+    if not roots:
+        raise InputError("no temp directory to work in", "/tmp, /var/tmp and $TMPDIR are unusable",
+                         "create /tmp or set TMPDIR to a private directory")
+    tmpdir = environ.get("TMPDIR") or ""
+    real = os.path.realpath(tmpdir) if tmpdir and os.path.isabs(tmpdir) else None
+    return real if real in roots else roots[0]
 
 
 def _shown(path):
@@ -107,67 +160,10 @@ def _file_id(st):
     return f"{st.st_dev}:{st.st_ino}"
 
 
-def _source_is_target(source, mode):
-    if not isinstance(source, str) or not os.path.isabs(source):
-        return False
-    real = os.path.realpath(source)
-    if mode.target and real == os.path.realpath(mode.target):
-        return True
-    if not mode.target_id:
-        return False
-    try:
-        st = os.stat(real)
-    except OSError:
-        return False
-    return stat.S_ISREG(st.st_mode) and _file_id(st) == mode.target_id
-
-
-def _read_split_index(directory):
-    """DIR/index.json as a dict, or None; a symlinked or oversized index is ignored."""
-    try:
-        fd = os.open(os.path.join(directory, INDEX_NAME), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > INDEX_MAX_BYTES:
-            return None
-        chunks = []
-        while chunk := os.read(fd, 1 << 20):
-            chunks.append(chunk)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    import json  # only segment writes outside temp pay for it
-    try:
-        data = json.loads(b"".join(chunks).decode("utf-8"))
-    except (ValueError, UnicodeDecodeError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def _is_segment_of_target(final, mode):
-    directory, name = os.path.split(final)
-    # The index itself and hidden names are never segments: granting the index would let a
-    # session rewrite the list of what it may write.
-    if name == INDEX_NAME or name.startswith("."):
-        return False
-    index = _read_split_index(directory)
-    if index is None or not _source_is_target(index.get("source"), mode):
-        return False
-    segments = index.get("segments")
-    if not isinstance(segments, list):
-        return False
-    for segment in segments:
-        listed = segment.get("file") if isinstance(segment, dict) else None
-        if isinstance(listed, str) and "/" not in listed and listed == name:
-            return True
-    return False
-
-
-def _authorize(final, st, mode, roots, allow_segments):
+def _authorize(final, st, mode, roots, environ, allow_segments):
     """Return None when `final` (a resolved path whose lstat is `st`) may be written, else a reason."""
+    if in_nagent_state(final, environ):
+        return STATE_REASON
     if st is not None and stat.S_ISLNK(st.st_mode):
         return "the final path component is a symlink (write the real file instead)"
     if st is not None and stat.S_ISDIR(st.st_mode):
@@ -178,10 +174,10 @@ def _authorize(final, st, mode, roots, allow_segments):
                       and final == os.path.realpath(mode.target))
     if st is not None and st.st_nlink > 1 and not is_target_path:
         return "file has more than one hard link (it would alias another file)"
-    if any(within(final, root) for root in roots):
+    if within_any(final, roots):
         return None
     if mode.kind == "main":
-        return "main conversation may write only under " + ", ".join(roots)
+        return _outside_temp("main conversation may write only under ", roots, environ)
     if is_target_path:
         return None
     # The file id stands for the target only once its path is gone (renamed): after our own
@@ -189,10 +185,15 @@ def _authorize(final, st, mode, roots, allow_segments):
     if st is not None and mode.target_id and _file_id(st) == mode.target_id \
             and not (mode.target and os.path.lexists(mode.target)):
         return None
-    if allow_segments and _is_segment_of_target(final, mode):
+    if allow_segments and final in mode.segments:
         return None
-    return "file-edit session may write only its target, that target's split segments, or " \
-           + ", ".join(roots)
+    return _outside_temp("file-edit session may write only its target, the segments of splits "
+                         "nagent made of it, or ", roots, environ)
+
+
+def _outside_temp(prefix, roots, environ):
+    problem = temp_root_problem(environ)
+    return prefix + ", ".join(roots) + (f" ({problem})" if problem else "")
 
 
 def _resolve(path, cwd):
@@ -212,18 +213,20 @@ def _resolve(path, cwd):
 def validate_write_path(path: str, mode: WriteMode, cwd: str, environ=None) -> str:
     _check_syntax(path)
     final = _resolve(path, cwd)
-    reason = _authorize(final, _lstat(final), mode, temp_roots(environ), allow_segments=True)
+    reason = _authorize(final, _lstat(final), mode, temp_roots(environ, cwd), environ,
+                        allow_segments=True)
     if reason:
         raise _refuse(path, reason)
     return final
 
 
-def validate_patch_source(source: str, mode: WriteMode, environ=None) -> str:
+def validate_patch_source(source: str, mode: WriteMode, environ=None, cwd=None) -> str:
     _check_syntax(source)
     if not os.path.isabs(source):
         raise _refuse(source, "patch source must be an absolute path")
     final = _resolve(source, "/")
-    reason = _authorize(final, _lstat(final), mode, temp_roots(environ), allow_segments=False)
+    reason = _authorize(final, _lstat(final), mode, temp_roots(environ, cwd), environ,
+                        allow_segments=False)
     if reason:
         raise _refuse(source, reason)
     return final
@@ -252,7 +255,7 @@ def _check_opened(fd, expected):
         raise _refuse(expected, f"parent directory changed while writing (now {_shown(actual)})")
 
 
-def _open_parent(parent, roots):
+def _open_parent(parent, roots, environ):
     """Open `parent` (a resolved absolute path) component by component without following links."""
     fd = os.open("/", _DIR_FLAGS)
     current = "/"
@@ -262,7 +265,7 @@ def _open_parent(parent, roots):
             try:
                 next_fd = os.open(part, _DIR_FLAGS, dir_fd=fd)
             except FileNotFoundError:
-                if not any(within(child, root) for root in roots):
+                if not within_any(child, roots) or in_nagent_state(child, environ):
                     raise _refuse(child, "parent directory does not exist (created only inside temp)")
                 try:
                     os.mkdir(part, 0o700, dir_fd=fd)
@@ -289,18 +292,18 @@ def _write_all(fd, data):
         view = view[written:]
 
 
-def _write_validated(final, data, mode, environ=None) -> dict:
+def _write_validated(final, data, mode, environ=None, cwd=None) -> dict:
     """Write `data` to an already validated resolved path, re-checking everything via dir fds."""
-    roots = temp_roots(environ)
+    roots = temp_roots(environ, cwd)
     parent, name = os.path.split(final)
     try:
-        dir_fd = _open_parent(parent, roots)
+        dir_fd = _open_parent(parent, roots, environ)
     except OSError as error:
         raise InputError("write failed", _shown(final), error.strerror) from None
     temp_name = None
     try:
         st = _lstat(name, dir_fd=dir_fd)
-        reason = _authorize(final, st, mode, roots, allow_segments=True)
+        reason = _authorize(final, st, mode, roots, environ, allow_segments=True)
         if reason:
             raise _refuse(final, reason)
         temp_name = f".nagent-{os.urandom(8).hex()}.tmp"
@@ -332,4 +335,4 @@ def write_file_atomic(path: str, data: bytes, mode: WriteMode, cwd: str, environ
     if isinstance(data, str):
         data = data.encode("utf-8")
     final = validate_write_path(path, mode, cwd, environ)
-    return _write_validated(final, bytes(data), mode, environ)
+    return _write_validated(final, bytes(data), mode, environ, cwd)

@@ -1,0 +1,335 @@
+"""Large files in the loop: the split and patch tools run as processes, under nagent's registry.
+
+The loop uses the same tools the user does: `<nagent-file-read>` of a large file runs
+`nagent-file-split --json`, `<nagent-file-patch>` runs `nagent-file-patch --json`, each a child
+process of nagent's own install (never one found on PATH), so a splitter that blows up or crashes
+costs an error result, not the loop. Authority stays with the driver: which split may be reused
+or patched, and onto which source, comes from nagent_split_registry, never from the split's files.
+
+Data contract (`ctx` is the action context: cwd, environ, side_dir (the conversation's state
+directory), write_mode, secret_names, file_tool_timeout seconds, file_tool_memory bytes, 0 = no
+limit):
+- `run_tool(name, args, ctx) -> dict`: runs bin/<name> with `args` in its own session, stdin
+  closed, the shell's scrubbed environment (no provider keys), address space capped at
+  file_tool_memory, killed (whole process group) after file_tool_timeout; returns the JSON
+  object it printed. A tool's own error (an `Error:` line or a JSON error object) is raised as
+  the matching NagentError; a crash, a signal, a timeout, output that is not one JSON object, or
+  more than MAX_OUTPUT bytes raise NagentError("<name> failed: ...").
+- `split_for_read(path, ctx) -> SplitOutcome(index_path, index, reused, notes)`: reuses the
+  newest split nagent made of this source when the source still has the recorded sha256 and the
+  split's directory, index.json and every segment still match the record; otherwise splits
+  afresh into a new private directory. Older splits of the source with unmerged edits are kept
+  and named in `notes`; those without are deleted. Binary files and files over SPLIT_MAX_BYTES
+  are refused (InputError) before anything is read whole.
+- `patch_registered(index_path, ctx) -> dict`: the tool's JSON result. Refused (RefusedError,
+  nothing run) unless the index is one nagent made in this conversation, its directory is still
+  private, its index.json is byte for byte what was recorded, and the recorded source is
+  writable in the current mode; the tool is told the recorded source and hash
+  (--expect-source/--expect-sha256). After "applied" the registry takes the new hashes.
+- `describe_split(outcome) -> str`: the result text the model reads.
+"""
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+
+import nagent_split_registry as registry_lib
+from nagent_discovery import install_bin_dir
+from nagent_errors import EXIT_CODES, InputError, NagentError, RefusedError
+from nagent_file_split_lib import INDEX_NAME, load_index
+from nagent_fs import regular_file_stat, sha256_file
+from nagent_write_policy import scratch_root, temp_roots, validate_patch_source
+
+# Splitting reads the whole file into memory and writes as much again to the temp dir: a
+# runaway log or disk image must fail fast instead of filling both.
+SPLIT_MAX_BYTES = 256 * 1024 * 1024
+BINARY_SNIFF_BYTES = 8192
+DEFAULT_TIMEOUT = 300.0
+DEFAULT_MEMORY = 4096 << 20
+MAX_OUTPUT = 64 << 20
+_ERROR_TYPES = {cls.kind: cls for cls in NagentError.__subclasses__()}
+_KIND_BY_CODE = {code: kind for kind, code in EXIT_CODES.items()}
+
+# Runs a tool under an address-space cap set inside the child itself (no preexec_fn: the loop
+# has a spinner thread), then runs the tool file as __main__ in the same interpreter.
+RUNNER = """import resource, runpy, sys
+limit = int(sys.argv[1])
+if limit > 0:
+    hard = resource.getrlimit(resource.RLIMIT_AS)[1]
+    limit = limit if hard == resource.RLIM_INFINITY else min(limit, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+sys.argv = sys.argv[2:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+@dataclass(frozen=True)
+class SplitOutcome:
+    index_path: str
+    index: dict
+    reused: bool
+    notes: tuple = ()
+
+
+# -- tool processes ---------------------------------------------------------------------------
+
+def _tool_env(ctx):
+    from nagent_shell import scrubbed_env  # the one rule for what a child process may see
+    return scrubbed_env(ctx.environ, tuple(getattr(ctx, "secret_names", ())))
+
+
+def _kill_group(proc):
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.wait()
+
+
+def _limits(ctx):
+    timeout = float(getattr(ctx, "file_tool_timeout", DEFAULT_TIMEOUT) or DEFAULT_TIMEOUT)
+    memory = int(getattr(ctx, "file_tool_memory", DEFAULT_MEMORY) or 0)
+    return timeout, memory
+
+
+def _hint(memory):
+    limit = f"memory limit {memory >> 20} MiB" if memory else "no memory limit"
+    return f"{limit}; file_tool_memory_mb and file_tool_timeout in the config raise the limits"
+
+
+def _read_tail(handle, size=4096):
+    handle.seek(0, os.SEEK_END)
+    handle.seek(max(0, handle.tell() - size))
+    return handle.read().decode("utf-8", "replace")
+
+
+def _tool_error(name, code, stdout, stderr, memory):
+    """The NagentError for a tool that exited non-zero."""
+    if code < 0:
+        try:
+            signame = signal.Signals(-code).name
+        except ValueError:
+            signame = f"signal {-code}"
+        return NagentError(f"{name} failed: killed by signal {signame}", "", _hint(memory))
+    data = _json_object(stdout)
+    if data and isinstance(data.get("error"), str):
+        cls = _ERROR_TYPES.get(data.get("kind"), NagentError)
+        return cls(data["error"], data.get("value", ""), data.get("fix", ""))
+    lines = [line for line in stderr.splitlines() if line.startswith("Error: ")]
+    if lines:
+        cls = _ERROR_TYPES.get(_KIND_BY_CODE.get(code), NagentError)
+        return cls(lines[-1][len("Error: "):])
+    last = next((line for line in reversed(stderr.splitlines()) if line.strip()), "")
+    return NagentError(f"{name} failed (exit code {code})", last[:300], _hint(memory))
+
+
+def _json_object(raw):
+    import json
+    try:
+        data = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def run_tool(name, args, ctx):
+    timeout, memory = _limits(ctx)
+    argv = [sys.executable, "-c", RUNNER, str(memory), os.path.join(install_bin_dir(), name), *args]
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        try:
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err, cwd="/",
+                                    env=_tool_env(ctx), start_new_session=True, close_fds=True)
+        except OSError as error:
+            raise NagentError(f"{name} failed: cannot start it", error.strerror or str(error)) from None
+        try:
+            code = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            raise NagentError(f"{name} failed: timed out after {timeout:g} s and was stopped", "",
+                              _hint(memory)) from None
+        except BaseException:   # Ctrl-C or a signal: the tool must not outlive the loop
+            _kill_group(proc)
+            raise
+        stderr = _read_tail(err)
+        size = out.seek(0, os.SEEK_END)
+        if size > MAX_OUTPUT:
+            raise NagentError(f"{name} failed: printed more than {MAX_OUTPUT} bytes", size)
+        out.seek(0)
+        stdout = out.read()
+    if code != 0:
+        raise _tool_error(name, code, stdout, stderr, memory)
+    data = _json_object(stdout)
+    if data is None:
+        raise NagentError(f"{name} failed: printed no JSON result", stdout[:120].decode("utf-8", "replace"))
+    return data
+
+
+# -- split for <nagent-file-read> -------------------------------------------------------------
+
+def _looks_binary(path):
+    with open(path, "rb") as handle:
+        return b"\x00" in handle.read(BINARY_SNIFF_BYTES)
+
+
+def _check_splittable(path):
+    real, st = regular_file_stat(path)
+    try:
+        binary = _looks_binary(real)
+    except OSError as error:
+        raise InputError("cannot read file", path, error.strerror or str(error)) from None
+    if binary:
+        raise InputError("binary file (contains NUL bytes); not split", path,
+                         "inspect it with a shell command such as file or xxd | head")
+    if st.st_size > SPLIT_MAX_BYTES:
+        raise InputError(f"file is too large to split ({st.st_size} bytes, limit {SPLIT_MAX_BYTES})",
+                         path, "read parts of it with a shell command such as head, tail or grep")
+    return real, f"{st.st_dev}:{st.st_ino}"
+
+
+def _state_dir(ctx):
+    os.makedirs(ctx.side_dir, mode=0o700, exist_ok=True)
+    return ctx.side_dir
+
+
+def _reusable(entry, digest):
+    if entry["source_sha256"] != digest:
+        return False
+    check = registry_lib.check_split(entry)
+    return not (check.unsafe or check.index_changed or check.edited)
+
+
+def _retire(registry, entries):
+    """Forget older splits of a source: delete those that hold no edits, name those that do."""
+    notes = []
+    for entry in entries:
+        check = registry_lib.check_split(entry)
+        if check.unsafe:   # no longer ours to trust or to delete
+            registry_lib.drop(registry, entry)
+        elif check.edited:
+            notes.append(f"Note: an earlier split of this file, {entry['directory']}, has unmerged "
+                         f"edits in {', '.join(check.edited)}; it is kept as it was (nothing lost). "
+                         f"Apply it with <nagent-file-patch index=\"{entry['index']}\"/> if the "
+                         "source has not changed since, or carry the edits over to the new "
+                         "segments below.")
+        else:
+            shutil.rmtree(entry["directory"], ignore_errors=True)
+            registry_lib.drop(registry, entry)
+    return tuple(notes)
+
+
+def _new_split(registry, real, source_id, ctx):
+    root = registry_lib.ensure_root(registry, scratch_root(ctx.environ, ctx.cwd),
+                                    temp_roots(ctx.environ, ctx.cwd))
+    directory = registry_lib.new_split_dir(root, real)
+    try:
+        data = run_tool("nagent-file-split", ["--file", real, "--output", directory, "--json"], ctx)
+        if data.get("source") != real or not isinstance(data.get("segments"), list):
+            raise NagentError("nagent-file-split failed: its result does not describe the file",
+                              str(data.get("source")))
+        index_path = os.path.join(directory, INDEX_NAME)
+        names = [seg.get("file") if isinstance(seg, dict) else None for seg in data["segments"]]
+        entry = registry_lib.entry_from_files(real, source_id, directory, index_path, names,
+                                              str(data.get("source_sha256")))
+        index = load_index(index_path)
+    except BaseException:
+        shutil.rmtree(directory, ignore_errors=True)
+        raise
+    return entry, index
+
+
+def split_for_read(path, ctx):
+    real, source_id = _check_splittable(path)
+    try:
+        digest = sha256_file(real)
+    except OSError as error:
+        raise InputError("cannot read file", path, error.strerror or str(error)) from None
+    state_dir = _state_dir(ctx)
+    registry = registry_lib.load(state_dir)
+    earlier = registry_lib.splits_of(registry, real)
+    if earlier and _reusable(earlier[-1], digest):
+        entry = earlier[-1]
+        if entry.get("source_id") != source_id:
+            registry_lib.put(registry, dict(entry, source_id=source_id))
+            registry_lib.save(state_dir, registry)
+        return SplitOutcome(entry["index"], load_index(entry["index"]), True)
+    try:
+        entry, index = _new_split(registry, real, source_id, ctx)
+    finally:
+        registry_lib.save(state_dir, registry)   # a new private root is recorded even on failure
+    notes = _retire(registry, earlier)
+    registry_lib.put(registry, entry)
+    registry_lib.save(state_dir, registry)
+    return SplitOutcome(entry["index"], index, False, notes)
+
+
+def describe_split(outcome):
+    index, directory = outcome.index, os.path.dirname(outcome.index_path)
+    lines = list(outcome.notes)
+    lines += [f"index: {outcome.index_path}",
+              f"source: {index['source']} ({index['source_size']} bytes, {len(index['segments'])} "
+              f"segments, type {index['split_type']})"
+              + (" [reused: nagent's split, source and segments unchanged]" if outcome.reused else "")]
+    for segment in index["segments"]:
+        lines.append(f"- {os.path.join(directory, segment['file'])}: lines {segment['first_line']}-"
+                     f"{segment['last_line']}, {segment['bytes']} bytes")
+    lines.append("Read segments with <nagent-read>, rewrite a segment whole with <nagent-write>, then "
+                 f'apply with <nagent-file-patch index="{outcome.index_path}"/>.')
+    return "\n".join(lines)
+
+
+# -- <nagent-file-patch> ----------------------------------------------------------------------
+
+def _refuse(shown, reason):
+    return RefusedError("patch refused", shown, reason)
+
+
+def patch_registered(index_path, ctx, shown=None):
+    shown = index_path if shown is None else shown
+    real = os.path.realpath(index_path)
+    if os.path.isdir(real):
+        real = os.path.join(real, INDEX_NAME)
+    state_dir = _state_dir(ctx)
+    registry = registry_lib.load(state_dir)
+    entry = registry_lib.find_by_index(registry, real)
+    if entry is None:
+        raise _refuse(shown, "not a split nagent made in this conversation: read the file with "
+                             "<nagent-file-read> and edit the segments of the split it lists")
+    validate_patch_source(entry["source"], ctx.write_mode, ctx.environ, ctx.cwd)
+    unsafe = registry_lib.private_dir_problem(entry["directory"])
+    if unsafe:
+        raise _refuse(shown, f"the split's directory can no longer be trusted ({unsafe})")
+    try:
+        index_same = registry_lib.file_sha256(entry["index"]) == entry["index_sha256"]
+    except OSError:
+        index_same = False
+    if not index_same:
+        raise _refuse(shown, "its index.json changed since nagent made the split; read the file "
+                             "again with <nagent-file-read> for a fresh split")
+    result = run_tool("nagent-file-patch", ["--index", entry["index"], "--json", "--expect-source",
+                                            entry["source"], "--expect-sha256",
+                                            entry["source_sha256"]], ctx)
+    if result.get("status") == "applied":
+        _record_patched(registry, entry, result, state_dir)
+    return result
+
+
+def _record_patched(registry, entry, result, state_dir):
+    """The split now describes the patched source: record the new hashes, from the files."""
+    try:
+        index = load_index(entry["index"])
+        if os.path.realpath(index["source"]) != entry["source"]:
+            raise InputError("the patched split names another source", index["source"])
+        st = os.stat(entry["source"])
+        updated = registry_lib.entry_from_files(
+            entry["source"], f"{st.st_dev}:{st.st_ino}", entry["directory"], entry["index"],
+            [seg["file"] for seg in index["segments"]], str(result.get("source_sha256")),
+            created=entry.get("created"))
+    except (NagentError, OSError):
+        # Something changed the split right after the patch: it stays patchable only by a fresh
+        # read, which then finds the segments unlike the record and keeps them as unmerged edits.
+        updated = dict(entry, index_sha256="changed-after-patch")
+    registry_lib.put(registry, updated)
+    registry_lib.save(state_dir, registry)
