@@ -225,3 +225,128 @@ class RegressionIndexForgery(FileEditCase):
         script.check(self)
         self.assertEqual(read(makefile), b"all:\n\techo ok\n")
         self.assertEqual(read(target), (forged + "\n").encode())
+
+
+class SplitRegistryTest(SplitCase):
+    """The registry decides: which split is patched, onto what, and what a per-file session may
+    write. Everything the model can write (index.json, segments, the split's directory) is data."""
+
+    def split_of(self, name, content=None):
+        source = self.write_file(name, content or big_python())
+        block = self.file_read(name)
+        index = re.search(r"^index: (\S+)$", block, re.M).group(1)
+        return source, index, listed_segments(block)
+
+    def patch(self, index, ctx=None):
+        return self.run_action(f'<nagent-file-patch index="{index}"/>', ctx)
+
+    def test_a_split_nagent_did_not_make_is_not_patched(self):
+        import nagent_file_split_lib as split_lib
+        source = self.write_file(os.path.join(self.tmpdir, "by-hand.py"), big_python())
+        out = os.path.join(self.tmpdir, "hand-split")
+        index = split_lib.split_file(source, out)
+        with open(os.path.join(out, index["segments"][0]["file"]), "a", encoding="utf-8") as handle:
+            handle.write("# edited\n")
+        before = read(source)
+        refused = self.patch(os.path.join(out, "index.json"))
+        self.assertTrue(refused.failed)
+        self.assertIn("not a split nagent made", refused.block)
+        self.assertEqual(read(source), before)
+
+    def test_a_tampered_index_is_refused_before_any_tool_runs(self):
+        source, index, segments = self.split_of("big.py")
+        victim = self.write_file(os.path.join(self.tmpdir, "victim.py"), "VICTIM = 1\n")
+        with open(index, encoding="utf-8") as handle:
+            data = json.load(handle)
+        data.update(source=victim, source_sha256=sha(read(victim)))
+        tampered = self.run_action(f'<nagent-write path="{index}">{json.dumps(data)}</nagent-write>')
+        self.assertFalse(tampered.failed, tampered.block)   # a temp file: writing it is allowed...
+        self.run_action(f'<nagent-write path="{segments[0]}">X = 1\n</nagent-write>')
+        refused = self.patch(index)                         # ...but it grants nothing
+        self.assertTrue(refused.failed)
+        self.assertIn("index.json changed since nagent made the split", refused.block)
+        self.assertEqual(read(victim), b"VICTIM = 1\n")
+        self.assertEqual(read(source), big_python().encode())
+        self.assertNotIn("reused", self.file_read("big.py"))
+
+    def test_patch_then_read_reuses_the_patched_split(self):
+        source, index, segments = self.split_of("big.py")
+        new = read(segments[1]).replace(b"return value + ", b"return value - ", 1)
+        self.run_action(f'<nagent-write path="{segments[1]}">{new.decode()}</nagent-write>')
+        applied = self.patch(index)
+        self.assertIn('status="applied"', applied.block)
+        self.assertIn(b"return value - ", read(source))
+        again = self.file_read("big.py")
+        self.assertIn("reused", again)
+        self.assertServesSource(again, source)
+        # The registry holds the new hashes, so the very same split patches again.
+        newer = new.replace(b"return value - ", b"return value * ", 1)
+        self.run_action(f'<nagent-write path="{segments[1]}">{newer.decode()}</nagent-write>')
+        self.assertIn('status="applied"', self.patch(index).block)
+        self.assertIn(b"return value * ", read(source))
+
+    def test_a_root_opened_up_or_swapped_for_a_symlink_is_not_trusted(self):
+        source, index, segments = self.split_of("big.py")
+        root = os.path.dirname(os.path.dirname(index))
+        os.chmod(root, 0o777)
+        block = self.file_read("big.py")
+        self.assertNotIn("reused", block)
+        fresh = self.assertServesSource(block, source)
+        new_root = os.path.dirname(os.path.dirname(fresh[0]))
+        self.assertNotEqual(new_root, root)
+        self.assertTrue(os.path.isdir(os.path.dirname(segments[0])))  # not ours to delete any more
+        refused = self.patch(index)
+        self.assertTrue(refused.failed)
+        self.assertIn("not a split nagent made", refused.block)
+        # The fresh root is moved away and a symlink put in its place.
+        moved = new_root + "-moved"
+        os.rename(new_root, moved)
+        os.symlink(moved, new_root)
+        block = self.file_read("big.py")
+        self.assertNotIn("reused", block)
+        self.assertFalse(any(path.startswith(new_root + "/") for path in listed_segments(block)))
+
+    def test_an_old_split_without_edits_is_removed_when_the_source_changes(self):
+        source, _index, segments = self.split_of("big.py")
+        with open(source, "a", encoding="utf-8") as handle:
+            handle.write("# one more line\n")
+        block = self.file_read("big.py")
+        self.assertNotIn("unmerged", block)
+        self.assertServesSource(block, source)
+        self.assertFalse(os.path.exists(os.path.dirname(segments[0])))
+
+    def test_file_edit_session_may_write_exactly_the_segments_nagent_made_of_its_target(self):
+        """The grant comes from the registry: visible once the split sits outside the temp roots
+        (here: made under a TMPDIR that is no longer set)."""
+        outside = self.make_outside_dir()
+        env = dict(self.env, TMPDIR=outside)
+        project = self.make_outside_dir()
+        target = self.write_file(os.path.join(project, "app.py"), big_python())
+        other = self.write_file(os.path.join(project, "other.py"), big_python(tag="#"))
+        st = os.stat(target)
+        mode = WriteMode("file-edit", target, f"{st.st_dev}:{st.st_ino}")
+        ctx = ActionContext(**dict(vars(self.ctx), environ=env, cwd=project, write_mode=mode))
+        mine = listed_segments(self.file_read(target, ctx))
+        theirs = listed_segments(self.file_read(other, ctx))
+        self.assertTrue(all(path.startswith(outside + "/") for path in mine + theirs))
+        env.pop("TMPDIR")
+        self.assertEqual(nagent_actions.write_mode_now(ctx).segments, frozenset(mine))
+        ok = self.run_action(f'<nagent-write path="{mine[0]}">A = 1\n</nagent-write>', ctx)
+        self.assertFalse(ok.failed, ok.block)
+        index = os.path.join(os.path.dirname(mine[0]), "index.json")
+        for path in (theirs[0], index, os.path.join(os.path.dirname(mine[0]), "0099-app.py")):
+            refused = self.run_action(f'<nagent-write path="{path}">A = 2\n</nagent-write>', ctx)
+            self.assertTrue(refused.failed, path)
+            self.assertIn("write refused", refused.block)
+        main = ActionContext(**dict(vars(ctx), write_mode=WriteMode()))
+        self.assertTrue(self.run_action(f'<nagent-write path="{mine[1]}">A = 3\n</nagent-write>',
+                                        main).failed)
+
+    def test_a_corrupt_registry_is_kept_aside_and_grants_nothing(self):
+        source, index, _segments = self.split_of("big.py")
+        registry = os.path.join(self.ctx.side_dir, "split-registry.json")
+        with open(registry, "w", encoding="utf-8") as handle:
+            handle.write("{not json")
+        self.assertIn("not a split nagent made", self.patch(index).block)
+        self.assertTrue(os.path.exists(registry + ".corrupt"))
+        self.assertServesSource(self.file_read("big.py"), source)

@@ -298,7 +298,7 @@ def patch_registered(index_path, ctx, shown=None):
         raise _refuse(shown, "not a split nagent made in this conversation: read the file with "
                              "<nagent-file-read> and edit the segments of the split it lists")
     validate_patch_source(entry["source"], ctx.write_mode, ctx.environ, ctx.cwd)
-    unsafe = registry_lib.private_dir_problem(entry["directory"])
+    unsafe = registry_lib.split_dir_problem(entry["directory"])
     if unsafe:
         raise _refuse(shown, f"the split's directory can no longer be trusted ({unsafe})")
     try:

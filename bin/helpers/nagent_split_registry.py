@@ -20,16 +20,18 @@ Data contract:
   is moved aside to `split-registry.json.corrupt` and comes back empty (it then grants nothing).
   `save(state_dir, registry)` writes it. Plain dicts; the functions below are pure unless noted.
 - `private_dir_problem(path, parent=None) -> str | None` (I/O: lstat): why `path` is not a
-  directory nagent can trust (a symlink, not a directory, not owned by us, open to group/other,
-  not directly inside `parent`).
+  directory nagent can trust (a symlink, or reached through one: recorded paths are realpaths;
+  not a directory, not owned by us, open to group/other, not directly inside `parent`).
 - `ensure_root(registry, scratch_root, roots) -> path` (I/O): the registry's root when it is still
   private and inside one of `roots`, else a fresh mkdtemp under `scratch_root`, recorded.
 - `new_split_dir(root, source) -> path` (I/O): a fresh private directory for one split.
 - `find_by_index(registry, index_path)`, `splits_of(registry, source)`: lookups by realpath.
 - `granted_segments(registry, target, target_id) -> frozenset` of segment realpaths of splits
   whose source is the target (by realpath or file id): the write grant of a per-file session.
+- `split_dir_problem(directory)`: private_dir_problem of the split directory and of its root.
 - `check_split(entry) -> SplitCheck(unsafe, index_changed, edited)` (I/O): compares the split's
-  files with the record: `unsafe` is a reason the directory is not ours any more, `edited` lists
+  files with the record: `unsafe` is a reason the directory or its root (its parent) is not
+  private to us any more, `edited` lists
   segments whose bytes differ from their recorded hash (or are missing): unmerged work.
 - `entry_from_files(source, source_id, directory, index_path, segment_names, expected_sha256)`
   (I/O) -> a new entry built from the files on disk, after checking that the segments
@@ -139,6 +141,8 @@ def private_dir_problem(path, parent=None):
         return f"cannot inspect it: {error.strerror}"
     if stat.S_ISLNK(st.st_mode):
         return "it is a symlink"
+    if os.path.realpath(path) != path:
+        return "its path goes through a symlink"
     if not stat.S_ISDIR(st.st_mode):
         return "it is not a directory"
     if st.st_uid != os.geteuid():
@@ -221,9 +225,17 @@ def file_sha256(path, sink=None):
     return digest.hexdigest()
 
 
+def split_dir_problem(directory):
+    """Why a recorded split directory, or the private root holding it, is no longer ours."""
+    root_problem = private_dir_problem(os.path.dirname(directory))
+    if root_problem:
+        return f"its root {os.path.dirname(directory)}: {root_problem}"
+    return private_dir_problem(directory)
+
+
 def check_split(entry):
     directory = entry["directory"]
-    unsafe = private_dir_problem(directory)
+    unsafe = split_dir_problem(directory)
     if unsafe:
         return SplitCheck(unsafe, True, ())
     try:
