@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 from nagent_errors import InputError, UsageError
 from nagent_fs import sha256_file
+from nagent_write_policy import temp_root_problem
 
 MODES = ("main", "file-edit")
 READ_LIMIT_KIB = 64
@@ -82,15 +83,17 @@ way: change the approach, or explain the problem in <nagent-response>."""
 
 WRITE_RULES = {
     "main": """Write rules (main conversation):
-- <nagent-write> may write only under /tmp, /var/tmp or $TMPDIR.
+- <nagent-write> may write only under /tmp, /var/tmp or $TMPDIR, never into nagent's own ~/.nagent. A $TMPDIR that is your home, the working directory or one of their ancestors does not count.
 - Project files are changed only by running `nagent-file-edit --file PATH "instruction"` \
 through <nagent-shell>: a dedicated edit session for that one file. Never change project files \
 with <nagent-write> or with shell redirection, tee, sed -i or similar.""",
     "file-edit": f"""Write rules (per-file edit session):
 - Change the target by replacing the WHOLE file: <nagent-write path="TARGET">the complete new \
 content</nagent-write>. Never write a fragment or a diff.
-- A target over {READ_LIMIT_KIB} KiB is edited through its split: write whole segment files \
-listed in its split index, then merge them with <nagent-file-patch index="INDEX"/>.
+- A target over {READ_LIMIT_KIB} KiB is edited through the split nagent made of it (its \
+segments are listed in the session facts or a <nagent-file-read> result): write whole segment \
+files, then merge them with <nagent-file-patch index="INDEX"/>. Only splits nagent made count: \
+an index.json grants nothing.
 - Nothing else in the project may be written; scratch files go under /tmp, /var/tmp or \
 $TMPDIR. No shell redirection into project files, and no nagent-file-edit from here.
 - When the change is done, answer with <nagent-response> describing it in a few lines.""",
@@ -261,7 +264,8 @@ def environment_facts(environ, cwd, now):
         ("shell", environ.get("SHELL") or "(unset)"),
     ]
     if environ.get("TMPDIR"):
-        facts.append(("TMPDIR", environ["TMPDIR"]))
+        problem = temp_root_problem(environ, cwd)
+        facts.append(("TMPDIR", environ["TMPDIR"] + (f" ({problem})" if problem else "")))
     return "Session facts:\n" + "\n".join(f"- {key}: {value}" for key, value in facts)
 
 
