@@ -6,6 +6,9 @@ depth) and the outcome holds `block` (the full `<nagent-*-result>` text appended
 conversation), `prompt` (a continuation prompt for <nagent-next>) and `child` (a sub-agent's
 recursive token totals). Failures are results carrying an error, never exceptions: every
 NagentError raised by a library is turned into an error result here.
+Large files go through nagent_file_tools (the split/patch tools run as processes, under the
+conversation's split registry in `side_dir`); a write in a per-file session gets the segments
+that registry grants for its target (`write_mode_now`).
 """
 import json
 import os
@@ -16,8 +19,8 @@ from dataclasses import dataclass, field, replace
 
 from nagent_errors import NagentError
 from nagent_file_split_lib import READ_SPLIT_THRESHOLD_BYTES
-from nagent_file_tools import (BINARY_SNIFF_BYTES, DEFAULT_MEMORY, DEFAULT_TIMEOUT, SPLIT_MAX_BYTES,  # noqa: F401
-                               describe_split, patch_registered, split_for_read)
+from nagent_file_tools import (BINARY_SNIFF_BYTES, DEFAULT_MEMORY, DEFAULT_TIMEOUT, describe_split,
+                               looks_binary, patch_registered, split_for_read)
 from nagent_protocol_blocks import result_block
 
 
@@ -78,7 +81,7 @@ def read_text_file(path, limit=READ_SPLIT_THRESHOLD_BYTES):
     try:
         size = os.path.getsize(path)
         if limit is not None and size > limit:
-            if _looks_binary(path):
+            if looks_binary(path):
                 return None, "binary file (contains NUL bytes); not shown"
             return None, (f"file is {size} bytes, over the {limit}-byte inline limit; use "
                           f'<nagent-file-read path="{path}"/> to split it into segments')
@@ -102,11 +105,6 @@ def execute_read(action, ctx):
         return error_block("nagent-read-result", problem, {"path": raw})
     return ActionOutcome(result_block("nagent-read-result", text, {"path": raw,
                                                                    "bytes": str(len(text.encode()))}))
-
-
-def _looks_binary(path):
-    with open(path, "rb") as handle:
-        return b"\x00" in handle.read(BINARY_SNIFF_BYTES)
 
 
 def ensure_split(path, ctx):

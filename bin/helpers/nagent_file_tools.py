@@ -169,7 +169,8 @@ def run_tool(name, args, ctx):
 
 # -- split for <nagent-file-read> -------------------------------------------------------------
 
-def _looks_binary(path):
+def looks_binary(path):
+    """True when the first BINARY_SNIFF_BYTES hold a NUL byte (OSError if unreadable)."""
     with open(path, "rb") as handle:
         return b"\x00" in handle.read(BINARY_SNIFF_BYTES)
 
@@ -177,7 +178,7 @@ def _looks_binary(path):
 def _check_splittable(path):
     real, st = regular_file_stat(path)
     try:
-        binary = _looks_binary(real)
+        binary = looks_binary(real)
     except OSError as error:
         raise InputError("cannot read file", path, error.strerror or str(error)) from None
     if binary:
