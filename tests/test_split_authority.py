@@ -190,6 +190,27 @@ class RegressionNagentState(FileEditCase):
         self.assertFalse(os.path.exists(attempts[0]))
         self.assertFalse(os.path.exists(attempts[2]))
 
+    def test_file_edit_session_cannot_write_nagent_state(self):
+        self.write_file("a.py", "A = 1\n")
+        config = os.path.join(self.home, ".nagent", "config.json")
+        with open(config, "w", encoding="utf-8") as handle:
+            handle.write("{}\n")
+        attempts = [config, os.path.join(self.home, ".nagent", "bin", "evil")]
+
+        def check(text):
+            results = re.findall(r'<nagent-write-result path="[^"]*" status="(\w+)">\n(.*?)\n'
+                                 r'</nagent-write-result>', text, re.S)
+            self.assertEqual([status for status, _ in results], ["error", "error"])
+            self.assertTrue(all("nagent's own state" in body for _, body in results), results)
+            return "<nagent-response>no</nagent-response>"
+
+        script = self.script("\n".join(write_reply(path, '{"shell_approval": "auto"}\n')
+                                       for path in attempts), check)
+        self.ok(self.file_edit("a.py", "loosen the config"))
+        script.check(self)
+        self.assertEqual(read(config), b"{}\n")
+        self.assertFalse(os.path.exists(os.path.dirname(attempts[1])))
+
     def test_file_edit_session_on_nagent_state_is_refused(self):
         config = os.path.join(self.home, ".nagent", "config.json")
         with open(config, "w", encoding="utf-8") as handle:

@@ -432,6 +432,14 @@ class NagentStateTest(PolicyCase):
         self.assertEqual(self.snapshot(self.home, self.tmpdir), before)
         self.assertFalse(os.path.exists(os.path.join(self.state, "bin")))
 
+    def test_state_roots_are_real_paths_and_fail_closed(self):
+        from nagent_paths import in_nagent_state, nagent_state_roots
+        self.assertEqual(nagent_state_roots(self.env),
+                         (os.path.realpath(self.state), os.path.realpath(self.env["NAGENT_CONFIG"])))
+        self.assertTrue(in_nagent_state(os.path.realpath(self.state), self.env))
+        self.assertFalse(in_nagent_state(os.path.realpath(self.state) + "x", self.env))
+        self.assertTrue(in_nagent_state("/etc/hosts", dict(self.env, HOME="relative")))
+
     def test_state_reached_through_a_temp_symlink_is_refused(self):
         link = os.path.join(self.tmpdir, "state-link")
         os.symlink(self.state, link)
