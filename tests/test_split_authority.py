@@ -327,6 +327,18 @@ class SplitRegistryTest(SplitCase):
         self.assertNotIn("reused", block)
         self.assertFalse(any(path.startswith(new_root + "/") for path in listed_segments(block)))
 
+    def test_a_split_outside_todays_temp_roots_is_not_reused(self):
+        outside = self.make_outside_dir()
+        ctx = ActionContext(**dict(vars(self.ctx), environ=dict(self.env, TMPDIR=outside)))
+        source = self.write_file("big.py", big_python())
+        first = listed_segments(self.file_read("big.py", ctx))
+        self.assertTrue(first[0].startswith(outside + "/"))
+        block = self.file_read("big.py")           # TMPDIR is back to the hermetic one
+        self.assertNotIn("reused", block)
+        again = self.assertServesSource(block, source)
+        self.assertTrue(again[0].startswith(self.tmpdir + "/"))
+        self.assertFalse(os.path.exists(os.path.dirname(first[0])))   # it held no edits
+
     def test_an_old_split_without_edits_is_removed_when_the_source_changes(self):
         source, _index, segments = self.split_of("big.py")
         with open(source, "a", encoding="utf-8") as handle:

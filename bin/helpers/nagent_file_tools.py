@@ -16,8 +16,9 @@ limit):
   the matching NagentError; a crash, a signal, a timeout, output that is not one JSON object, or
   more than MAX_OUTPUT bytes raise NagentError("<name> failed: ...").
 - `split_for_read(path, ctx) -> SplitOutcome(index_path, index, reused, notes)`: reuses the
-  newest split nagent made of this source when the source still has the recorded sha256 and the
-  split's directory, index.json and every segment still match the record; otherwise splits
+  newest split nagent made of this source when the source still has the recorded sha256, the
+  split's directory is still private and inside a temp root, and its index.json and every
+  segment still match the record; otherwise splits
   afresh into a new private directory. Older splits of the source with unmerged edits are kept
   and named in `notes`; those without are deleted. Binary files and files over SPLIT_MAX_BYTES
   are refused (InputError) before anything is read whole.
@@ -41,6 +42,7 @@ from nagent_discovery import install_bin_dir
 from nagent_errors import EXIT_CODES, InputError, NagentError, RefusedError
 from nagent_file_split_lib import INDEX_NAME, load_index
 from nagent_fs import regular_file_stat, sha256_file
+from nagent_paths import within_any
 from nagent_write_policy import scratch_root, temp_roots, validate_patch_source
 
 # Splitting reads the whole file into memory and writes as much again to the temp dir: a
@@ -195,8 +197,9 @@ def _state_dir(ctx):
     return ctx.side_dir
 
 
-def _reusable(entry, digest):
-    if entry["source_sha256"] != digest:
+def _reusable(entry, digest, roots):
+    # A split left outside today's temp roots (TMPDIR changed) could not be edited in main mode.
+    if entry["source_sha256"] != digest or not within_any(entry["directory"], roots):
         return False
     check = registry_lib.check_split(entry)
     return not (check.unsafe or check.index_changed or check.edited)
@@ -250,7 +253,7 @@ def split_for_read(path, ctx):
     state_dir = _state_dir(ctx)
     registry = registry_lib.load(state_dir)
     earlier = registry_lib.splits_of(registry, real)
-    if earlier and _reusable(earlier[-1], digest):
+    if earlier and _reusable(earlier[-1], digest, temp_roots(ctx.environ, ctx.cwd)):
         entry = earlier[-1]
         if entry.get("source_id") != source_id:
             registry_lib.put(registry, dict(entry, source_id=source_id))
