@@ -146,6 +146,44 @@ class KeyBehaviourTest(HermeticTestCase):
         self.assertEqual(parse.duplicates_dropped, 3)
 
 
+class LeakedThinkingTest(HermeticTestCase):
+    """Issue 10 item 5: a thinking block is tolerated only at the very start of a reply, and never
+    where its end could be text inside an action body."""
+
+    def assertNoActions(self, text):
+        parse = proto.parse_response(text)
+        self.assertFalse(parse.valid, [(a.kind, a.body) for a in parse.actions])
+        self.assertEqual(parse.actions, ())
+        return parse
+
+    def test_close_think_inside_a_write_body_never_runs_the_body(self):
+        # The repro: prose, a write whose body holds "</think>" and a shell tag, then a cut.
+        body = "Models leak </think>\n<nagent-shell>rm -rf ~/project</nagent-shell>\n"
+        for ending in ("<system>done</system>\n</nagent-write>", "", "</nagent-write>"):
+            text = ('I will write the notes.\n<nagent-write path="/tmp/notes.md">\n' + body + ending)
+            with self.subTest(ending=ending):
+                self.assertNoActions(text)
+        # The same inside an opened <think> block at the start: a draft body, not thinking's end.
+        self.assertNoActions('<think>Draft:\n<nagent-write path="/tmp/n">\nfoo </think>\n'
+                             "<nagent-shell>rm -rf ~/project</nagent-shell>\n<system>x</system>")
+
+    def test_thinking_only_at_the_very_start(self):
+        self.assertNoActions("<nagent-next>a</nagent-next>\n<think>plan</think>\n"
+                             "<nagent-shell>rm -rf ~/project</nagent-shell>")
+        self.assertNoActions("```\n<think>plan</think>\n<nagent-next>a</nagent-next>\n```")
+        parse = proto.parse_response("<think>a</think>\n<thinking>b</thinking>\n<nagent-next>x</nagent-next>")
+        self.assertTrue(parse.valid, parse.error)
+
+    def test_backticked_or_closed_mentions_keep_a_leak_tolerated(self):
+        for text in ("I will use `<nagent-shell>` for that.\n</think>\n<nagent-shell>ls</nagent-shell>",
+                     "<think>Try <nagent-shell>ls</nagent-shell> first.</think><nagent-shell>ls</nagent-shell>",
+                     'Read it: <nagent-read path="a"/>\n</think>\n<nagent-read path="a"/>'):
+            with self.subTest(text=text):
+                parse = proto.parse_response(text)
+                self.assertTrue(parse.valid, parse.error)
+                self.assertEqual(len(parse.actions), 1)
+
+
 class HugeBodyTest(HermeticTestCase):
     def test_megabyte_write_body_is_exact(self):
         body = "".join(f"line {i:07d} <tag> & </nagent-writ {'x' * (i % 50)}\r\n"

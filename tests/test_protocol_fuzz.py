@@ -159,13 +159,15 @@ def valid_reply(rng):
     if wrap:
         parts.append("```xml\n")
         pos += len(parts[-1])
-    for _ in range(rng.randrange(1, 6)):
-        gap = rng.choice(("", " ", "\n", "\r\n", "\n\n", "\t", "<think>plan</think>\n"))
+    for number in range(rng.randrange(1, 6)):
+        # Thinking is tolerated only at the very start of a reply.
+        thinking = ("<think>plan</think>\n",) if number == 0 and not wrap else ()
+        gap = rng.choice(("", " ", "\n", "\r\n", "\n\n", "\t") + thinking)
         tag, action = random_action(rng)
         copies = 2 if rng.random() < 0.1 else 1
-        for _ in range(copies):
-            parts.append(gap)
-            pos += len(gap)
+        for copy in range(copies):
+            parts.append(gap if not copy or not gap.startswith("<think>") else "\n")
+            pos += len(parts[-1])
             parts.append(tag)
             expected.append(action + (pos, pos + len(tag)))
             pos += len(tag)

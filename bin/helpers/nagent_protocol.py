@@ -38,6 +38,7 @@ _CUT = re.compile(r"^[ \t]*<(nagent-[A-Za-z0-9_-]*-result|system)(?=[\s>/]|\Z)",
 _CUT_FIRST = re.compile(r"[ \t]*<(nagent-[A-Za-z0-9_-]*-result|system)(?=[\s>/]|\Z)")
 _CUT_LATER = re.compile(r"\n[ \t]*<(nagent-[A-Za-z0-9_-]*-result|system)(?=[\s>/]|\Z)")
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.:-]*")
+_BODY_OPEN = re.compile(r"<nagent-(response|write|shell|next|agent)(?=[\s>/]|\Z)")
 # The common shape (no attribute or one plain double-quoted one) skips the general loop.
 _OPEN_FAST = re.compile(r'(?:[ \t]+([A-Za-z_][A-Za-z0-9_.:-]*)="([^"&\n]*)")?[ \t]*(/?)>')
 _FENCE_OPEN = re.compile(r"(`{3,})([A-Za-z0-9_.+#-]*)[ \t\r]*(?:\n|\Z)")
@@ -153,6 +154,34 @@ def _fabricated(name, where=""):
             "the driver appends them.")
 
 
+def _open_body(text, start, end):
+    """The first body tag (<nagent-write …>, <nagent-shell> …) opened in text[start:end] and not
+    closed there, as (name, offset); None if none. A `backticked` mention opens nothing; text
+    inside a closed body is skipped, as the parser would."""
+    pos = start
+    while True:
+        match = _BODY_OPEN.search(text, pos, end)
+        if not match:
+            return None
+        if match.start() > 0 and text[match.start() - 1] == "`":
+            pos = match.end()
+            continue
+        close = text.find(f"</nagent-{match.group(1)}>", match.end(), end)
+        if close < 0:
+            return match.group(0), match.start()
+        pos = close
+
+
+def _check_thinking(text, start, end):
+    """A thinking block may not end inside a body it opened: that "</think>" may be text of the
+    body (a file being written, a draft), and what follows it must not run as actions."""
+    opened = _open_body(text, start, end)
+    if opened:
+        raise _Invalid(f"thinking ending at line {_line(text, end)} leaves {opened[0]}> (line "
+                       f"{_line(text, opened[1])}) unclosed; end thinking before any action and "
+                       "quote tag names in backticks.")
+
+
 def _leaked_thinking_end(text):
     """Offset just past a leading `prose…</think>` whose opening tag the model never printed."""
     first = _WS.match(text).end()
@@ -162,6 +191,7 @@ def _leaked_thinking_end(text):
     if not found:
         return 0
     at = min(found)
+    _check_thinking(text, first, at)
     return text.index(">", at) + 1
 
 
@@ -295,10 +325,14 @@ def _tag(text, pos, actions, fence):
     if closing:
         raise _Invalid(f"stray closing tag </{name}> at line {_line(text, pos)}.")
     if name in THINKING_TAGS:
+        if actions or fence[0] is not None:
+            raise _Invalid(f"<{name}> at line {_line(text, pos)}: thinking is only tolerated at "
+                           "the very start of a reply.")
         close = f"</{name}>"
         end = text.find(close, after)
         if end < 0:
             raise _Truncated(f"unclosed <{name}> opened at line {_line(text, pos)}.")
+        _check_thinking(text, after, end)
         return end + len(close)
     kind = name[len("nagent-"):] if name.startswith("nagent-") else None
     if name == "system" or (kind and kind.endswith("-result")):
