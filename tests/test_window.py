@@ -1,4 +1,4 @@
-"""Checkpoints and window rebuilds (nagent_window): the checkpoint text and its cadence from
+"""Checkpoints and window rebuilds (nagent_checkpoint, nagent_window_rebuild, nagent_window): the checkpoint text and its cadence from
 the data on disk, user edits surviving, the deterministic rebuild (golden), every user prompt
 kept verbatim, nothing lost (archive + side files), the window chain in --status and
 --list-conversations, and `nagent --compact`.
@@ -12,7 +12,9 @@ import re
 from base import TESTS, HermeticTestCase
 from test_cache_requests import InProcessCase
 
+import nagent_checkpoint as ck
 import nagent_window as win
+import nagent_window_rebuild as rb
 from nagent_config import resolve_settings
 from nagent_conversation import ConversationWriter, Record, read_records
 from nagent_errors import ConfigError
@@ -64,7 +66,7 @@ def sample_window():
     return [rec(seq, kind, body, **attrs) for seq, (kind, body, attrs) in enumerate(items, start=1)]
 
 
-SETTINGS = win.WindowSettings(checkpoint_every_bytes=1000, window_max_bytes=8000, tail_bytes=700,
+SETTINGS = rb.WindowSettings(checkpoint_every_bytes=1000, window_max_bytes=8000, tail_bytes=700,
                               side_threshold=1024)
 ARCHIVE = "/home/u/.nagent/conversations/archive/t-20260102T030405Z"
 SIDE_DIR = "/home/u/.nagent/conversations/t.d"
@@ -77,47 +79,47 @@ class CheckpointTextTest(HermeticTestCase):
                                 "side_threshold_bytes": 7, "checkpoint_every_bytes": 9}, 5000)]
         for provider, extra, expected in cases:
             self.write_config(dict({"provider": provider}, **extra))
-            w = win.window_settings(resolve_settings({}, self.env))
+            w = rb.window_settings(resolve_settings({}, self.env))
             self.assertEqual(w.window_max_bytes, expected)
             if extra:
                 self.assertEqual((w.tail_bytes, w.side_threshold, w.checkpoint_every_bytes), (100, 7, 9))
         self.write_config({"provider": "corp", "providers": {"corp": {"base_url": "http://x/v1",
                                                                      "model": "m"}}})
-        self.assertEqual(win.window_settings(resolve_settings({}, self.env)).window_max_bytes, 400_000)
+        self.assertEqual(rb.window_settings(resolve_settings({}, self.env)).window_max_bytes, 400_000)
         for bad in ("big", -1, True):
             self.write_config({"provider": "anthropic", "window_max_bytes": bad})
             with self.assertRaises(ConfigError):
-                win.window_settings(resolve_settings({}, self.env))
+                rb.window_settings(resolve_settings({}, self.env))
 
     def test_compose_keeps_schema_drops_preamble_and_keeps_user_notes_verbatim(self):
-        first = win.compose_checkpoint(CHECKPOINT_REPLY, "", 1234, 1, NOW)
+        first = ck.compose_checkpoint(CHECKPOINT_REPLY, "", 1234, 1, NOW)
         self.assertTrue(first.startswith(f'<!-- nagent-checkpoint written="{NOW}" covers_bytes="1234" '
                                          'window="1" -->\n# nagent checkpoint\n\n## Goal\n'))
         self.assertNotIn("Here is the checkpoint", first)
         self.assertNotIn("the model must not write this", first)
-        for name in win.SCHEMA:
+        for name in ck.SCHEMA:
             self.assertIn(f"## {name}\n", first)
-        self.assertEqual(win.parse_checkpoint_meta(first),
+        self.assertEqual(ck.parse_checkpoint_meta(first),
                          {"written": NOW, "covers_bytes": 1234, "window": 1})
         edited = first + "- prefer make -j4   (my note, odd  spacing)\n"
         fenced = "```markdown\n## Goal\nNew goal.\n```"
-        second = win.compose_checkpoint(fenced, edited, 5678, 2, NOW)
+        second = ck.compose_checkpoint(fenced, edited, 5678, 2, NOW)
         self.assertIn("## Goal\nNew goal.\n", second)
         self.assertNotIn("```", second)
         self.assertTrue(second.endswith("- prefer make -j4   (my note, odd  spacing)\n"))
-        self.assertEqual(win.user_notes(second), win.user_notes(edited))
+        self.assertEqual(ck.user_notes(second), ck.user_notes(edited))
 
     def test_due_and_stale_rules(self):
-        self.assertTrue(win.checkpoint_due(5000, None, 5000))
-        self.assertFalse(win.checkpoint_due(4999, None, 5000))
-        self.assertFalse(win.checkpoint_due(9999, {"covers_bytes": 5000}, 5000))
-        self.assertTrue(win.checkpoint_due(10000, {"covers_bytes": 5000}, 5000))
-        self.assertFalse(win.checkpoint_due(10**9, None, 0))  # disabled
-        self.assertFalse(win.is_stale({"covers_bytes": 10, "window": 1}, 100, 1))
-        self.assertTrue(win.is_stale({"covers_bytes": 1000, "window": 1}, 100, 1))  # file shrank
-        self.assertTrue(win.is_stale({"covers_bytes": 10, "window": 3}, 100, 2))
-        self.assertFalse(win.is_stale({"covers_bytes": 10**6, "window": 1}, 100, 2))
-        self.assertFalse(win.is_stale({"covers_bytes": 0, "window": 0}, 100, 1))  # no header
+        self.assertTrue(ck.checkpoint_due(5000, None, 5000))
+        self.assertFalse(ck.checkpoint_due(4999, None, 5000))
+        self.assertFalse(ck.checkpoint_due(9999, {"covers_bytes": 5000}, 5000))
+        self.assertTrue(ck.checkpoint_due(10000, {"covers_bytes": 5000}, 5000))
+        self.assertFalse(ck.checkpoint_due(10**9, None, 0))  # disabled
+        self.assertFalse(ck.is_stale({"covers_bytes": 10, "window": 1}, 100, 1))
+        self.assertTrue(ck.is_stale({"covers_bytes": 1000, "window": 1}, 100, 1))  # file shrank
+        self.assertTrue(ck.is_stale({"covers_bytes": 10, "window": 3}, 100, 2))
+        self.assertFalse(ck.is_stale({"covers_bytes": 10**6, "window": 1}, 100, 2))
+        self.assertFalse(ck.is_stale({"covers_bytes": 0, "window": 0}, 100, 1))  # no header
 
     def test_transcript_starts_at_the_covered_offset_and_excerpts_results(self):
         path = os.path.join(self.tmp, "conv")
@@ -128,18 +130,16 @@ class CheckpointTextTest(HermeticTestCase):
             writer.append("result", shell_result("x" * 10_000), {"action": "shell"})
             writer.append("stats", "{}")
             records = writer.records()
-        text = win.transcript_since(records, covered, 100_000)
+        text = ck.transcript_since(records, covered, 100_000)
         self.assertNotIn("old prompt", text)
         self.assertIn("[prompt #2]\nnew prompt", text)
         self.assertIn("characters omitted", text)
         self.assertLess(len(text), 3000)
         self.assertNotIn("[stats", text)
-        self.assertEqual(win.transcript_since(records, 0, 50), text[-50:])
+        self.assertEqual(ck.transcript_since(records, 0, 50), text[-50:])
 
     def test_write_checkpoint_feeds_previous_and_user_edits_to_the_one_call(self):
         path = os.path.join(self.tmp, "conv")
-        self.write_config({"provider": "anthropic"})
-        settings = resolve_settings({}, self.env)
         with ConversationWriter(path) as writer:
             writer.append("prompt", "Audit the logs.", {"source": "argv"})
             records = writer.records()
@@ -149,17 +149,18 @@ class CheckpointTextTest(HermeticTestCase):
             prompts.append(prompt)
             return type("R", (), {"text": CHECKPOINT_REPLY})()
 
-        text, _ = win.write_checkpoint(path, records, 111, settings, fake_generate, NOW, window=1)
+        text, _, problem = ck.write_checkpoint(path, records, 111, fake_generate, NOW, window=1)
+        self.assertIsNone(problem)
         self.assertIn("<previous_checkpoint>\n(none yet)\n</previous_checkpoint>", prompts[0])
         self.assertIn("Audit the logs.", prompts[0])
-        cp = win.checkpoint_path(path)
+        cp = ck.checkpoint_path(path)
         self.assertEqual(oct(os.stat(cp).st_mode & 0o777), oct(0o600))
         os.chmod(cp, 0o640)
         edited = text.replace("Audit the logs.", "Audit the logs, then the configs (user edit).")
         edited += "remember: never touch prod\n"
         with open(cp, "w", encoding="utf-8") as handle:
             handle.write(edited)
-        text2, _ = win.write_checkpoint(path, records, 222, settings, fake_generate, NOW, window=1)
+        text2, _, _ = ck.write_checkpoint(path, records, 222, fake_generate, NOW, window=1)
         self.assertIn("then the configs (user edit)", prompts[1])  # the model sees every edit
         self.assertIn("<new_conversation_part>\n\n</new_conversation_part>", prompts[1])  # covered
         self.assertTrue(text2.endswith("remember: never touch prod\n"))
@@ -168,11 +169,11 @@ class CheckpointTextTest(HermeticTestCase):
 
 class RebuildRecordsTest(HermeticTestCase):
     def rebuild(self, records=None, checkpoint="# checkpoint\n\n## Goal\nAudit.\n"):
-        return win.rebuild_records(records or sample_window(), checkpoint, ARCHIVE, 2, SETTINGS, SIDE_DIR)
+        return rb.rebuild_records(records or sample_window(), checkpoint, ARCHIVE, 2, SETTINGS, SIDE_DIR)
 
     def test_golden_rebuild_output(self):
         new_records, side_files = self.rebuild()
-        data = win.encode_window(new_records, NOW).decode("utf-8")
+        data = rb.encode_window(new_records, NOW).decode("utf-8")
         manifest = [{"path": path, "bytes": len(raw), "sha256": hashlib.sha256(raw).hexdigest()}
                     for path, raw in side_files]
         golden_text = os.path.join(GOLDEN, "rebuild.txt")
@@ -211,7 +212,7 @@ class RebuildRecordsTest(HermeticTestCase):
                 if attrs and attrs.get("carried") == "tail"]
         self.assertEqual(tail[-1][2]["moved"], side_files[-1][0])
         by_seq = {r.seq: r for r in old}
-        sent = [r for r in old if r.kind in win.SENT_KINDS]
+        sent = [r for r in old if r.kind in rb.SENT_KINDS]
         self.assertEqual([body for _, body, a in tail if "moved" not in a],
                          [r.body for r in sent[-len(tail):] if len(r.body) <= SETTINGS.side_threshold])
         pointer = tail[-1][1]
@@ -220,14 +221,14 @@ class RebuildRecordsTest(HermeticTestCase):
         self.assertRegex(pointer, rf"^<nagent-shell-result>\n\[result body moved to {re.escape(SIDE_DIR)}/"
                                   rf"t-20260102T030405Z-record-21.txt: {len(original.encode())} bytes; "
                                   r"exit_code: 0; .*\]\n</nagent-shell-result>$")
-        read_pointer = win.pointer_for(by_seq[13], "/s")
+        read_pointer = rb.pointer_for(by_seq[13], "/s")
         self.assertTrue(read_pointer.startswith('<nagent-read-result path="log.txt">\n[result body moved'))
         self.assertNotIn("exit_code", read_pointer)  # only shell results have one
-        self.assertIn("exit_code: 2", win.pointer_for(by_seq[7], "/s"))
+        self.assertIn("exit_code: 2", rb.pointer_for(by_seq[7], "/s"))
 
     def test_tail_always_holds_the_newest_turn_even_when_it_is_huge(self):
         records = sample_window()[:6] + [rec(7, "result", shell_result("y" * 50_000), action="shell")]
-        start = win.tail_start([r for r in records if r.kind in win.SENT_KINDS], 100, 1024)
+        start = rb.tail_start([r for r in records if r.kind in rb.SENT_KINDS], 100, 1024)
         new_records, side_files = self.rebuild(records)
         self.assertEqual(new_records[-2][1], "<nagent-shell>make</nagent-shell>")
         self.assertIn("result body moved", new_records[-1][1])
@@ -238,16 +239,16 @@ class RebuildRecordsTest(HermeticTestCase):
         new_records, _ = self.rebuild()
         path = os.path.join(self.tmp, "w")
         with open(path, "wb") as handle:
-            handle.write(win.encode_window(new_records, NOW))
+            handle.write(rb.encode_window(new_records, NOW))
         size = os.path.getsize(path)
         with ConversationWriter(path) as writer:
-            self.assertEqual(win.window_growth(writer.records(), size), 0)
+            self.assertEqual(rb.window_growth(writer.records(), size), 0)
             writer.append("prompt", "p" * 100, {"source": "argv"})
             grown = os.path.getsize(path)
-            self.assertEqual(win.window_growth(writer.records(), grown), grown - size)
-            self.assertEqual(win.current_window(writer.records()), 2)
-        self.assertEqual(win.current_window(sample_window()), 1)
-        self.assertEqual(win.window_growth(sample_window(), 5000), 5000)
+            self.assertEqual(rb.window_growth(writer.records(), grown), grown - size)
+            self.assertEqual(rb.current_window(writer.records()), 2)
+        self.assertEqual(rb.current_window(sample_window()), 1)
+        self.assertEqual(rb.window_growth(sample_window(), 5000), 5000)
 
 
 class Script:
@@ -283,8 +284,8 @@ class WindowLoopTest(InProcessCase):
         script = self.script([f"<nagent-shell>cat logs/{i}.txt</nagent-shell>" for i in range(6)]
                              + ["<nagent-response>one</nagent-response>"])
         self.assertEqual(self.run_prompt("Audit the logs.").exit_code, 0)
-        cp = win.checkpoint_path(self.path())
-        text, meta = win.read_checkpoint(self.path())
+        cp = ck.checkpoint_path(self.path())
+        text, meta = ck.read_checkpoint(self.path())
         self.assertGreaterEqual(len(script.checkpoint_sizes), 2)
         self.assertEqual(meta["covers_bytes"], script.checkpoint_sizes[-1])
         for before, after in zip(script.checkpoint_sizes, script.checkpoint_sizes[1:]):
@@ -312,7 +313,7 @@ class WindowLoopTest(InProcessCase):
         self.run_prompt("Another question.")
         self.assertEqual(len(script.checkpoint_sizes), count + 1)
         self.assertIn("(user-edited goal)", script.checkpoint_prompts[-1])
-        refreshed, meta = win.read_checkpoint(self.path())
+        refreshed, meta = ck.read_checkpoint(self.path())
         self.assertTrue(refreshed.endswith("my own note, kept verbatim\n"))
         self.assertEqual(meta["covers_bytes"], script.checkpoint_sizes[-1])
 
@@ -337,7 +338,7 @@ class WindowLoopTest(InProcessCase):
         self.assertGreaterEqual(len(chain), 3, "expected at least two rebuilds")
         for number, window_path in enumerate(chain, start=1):
             records = read_records(window_path)
-            self.assertEqual(win.current_window(records), number)
+            self.assertEqual(rb.current_window(records), number)
             # Checked before each call: a window ends at most one turn (a ~4.6 KB result, the
             # reply, stats records of that call and of a checkpoint call) past the limit.
             self.assertLess(os.path.getsize(window_path), limit + 9000)
@@ -363,7 +364,7 @@ class WindowLoopTest(InProcessCase):
 
     def assert_lossless(self, old, new):
         """Carried records are byte-identical to the old window's, or point to a side file that is."""
-        sent = [r for r in old if r.kind in win.SENT_KINDS]
+        sent = [r for r in old if r.kind in rb.SENT_KINDS]
         tail = [r for r in new if r.attr("carried") == "tail"]
         self.assertTrue(tail)
         for source, carried in zip(sent[-len(tail):], tail):
@@ -384,9 +385,9 @@ class WindowLoopTest(InProcessCase):
         path = self.path()
         os.chmod(path, 0o600)
         before = self.read(path)
-        import nagent_loop
+        import nagent_run
         with self.patched_environ(), ConversationWriter(path) as writer:
-            run = nagent_loop.Run(self.session(), writer)
+            run = nagent_run.Run(self.session(), writer)
             info = win.rebuild_window(run, NOW, reason="requested")
         archived = self.read(info["archived"])
         self.assertTrue(archived.startswith(before))  # + the checkpoint call's stats record
@@ -398,7 +399,7 @@ class WindowLoopTest(InProcessCase):
         self.assert_lossless(read_records(info["archived"]), new)
         self.assertEqual(new[-1].kind, "stats")
         self.assertEqual(json.loads(new[-1].body)["windows"], [info["archived"]])
-        _, meta = win.read_checkpoint(path)
+        _, meta = ck.read_checkpoint(path)
         self.assertEqual((meta["window"], meta["covers_bytes"]), (2, os.path.getsize(path)))
         for side in info["side_files"]:
             self.assertTrue(side.startswith(path + ".d" + os.sep))
@@ -415,9 +416,9 @@ class WindowLoopTest(InProcessCase):
 
     def test_a_checkpoint_left_by_a_cleared_conversation_is_archived_not_reused(self):
         self.configure(checkpoint_every_bytes=1000, window_max_bytes=0)
-        cp = win.checkpoint_path(self.path())
+        cp = ck.checkpoint_path(self.path())
         os.makedirs(os.path.dirname(cp), exist_ok=True)
-        stale = win.compose_checkpoint("## Goal\nOld unrelated goal.\n", "", 10**7, 1, NOW)
+        stale = ck.compose_checkpoint("## Goal\nOld unrelated goal.\n", "", 10**7, 1, NOW)
         with open(cp, "w", encoding="utf-8") as handle:
             handle.write(stale)
         script = self.script(["<nagent-response>hi</nagent-response>"])
@@ -451,8 +452,48 @@ class CompactCommandTest(InProcessCase):
                          [r.body for r in before])
         after = read_records(self.path())
         self.assertEqual([r.body for r in after if r.kind == "prompt"], ["Say hello."])
-        self.assertEqual(win.current_window(after), 2)
+        self.assertEqual(rb.current_window(after), 2)
         self.assertEqual(len(script.checkpoint_sizes), 1)
         self.assertEqual(data["totals"]["turns"], 3)  # two loop calls + the checkpoint call
         missing = self.run_tool("nagent", "--compact", "--conversation", "nothing-here")
         self.assertCleanError(missing, contains="no conversation to compact")
+
+
+class ModuleLayoutTest(HermeticTestCase):
+    """The window code is split by concern and imports point one way: the loop uses the window
+    keeper, never the reverse (issue 10: the loop<->window cycle)."""
+    MODULES = ("nagent_loop", "nagent_run", "nagent_window", "nagent_window_rebuild",
+               "nagent_checkpoint", "nagent_compact")
+
+    @staticmethod
+    def imports(name):
+        import ast
+        from base import HELPERS
+        with open(os.path.join(HELPERS, name + ".py"), encoding="utf-8") as handle:
+            tree = ast.parse(handle.read())
+        found = set()
+        for node in ast.walk(tree):  # function-local imports count too
+            if isinstance(node, ast.Import):
+                found.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                found.add(node.module)
+        return {module for module in found if module.startswith("nagent_")}
+
+    def test_no_import_cycle_through_the_loop_or_window_modules(self):
+        from base import HELPERS
+        known = {name[:-3] for name in os.listdir(HELPERS) if name.endswith(".py")}
+        graph = {name: self.imports(name) & known for name in known}
+        for start in self.MODULES:
+            seen, stack = set(), [start]
+            while stack:
+                for nxt in graph[stack.pop()]:
+                    self.assertNotEqual(nxt, start, f"{start} imports itself back through {stack}")
+                    if nxt not in seen:
+                        seen.add(nxt)
+                        stack.append(nxt)
+
+    def test_each_module_stays_small(self):
+        from base import HELPERS
+        for name in self.MODULES:
+            with open(os.path.join(HELPERS, name + ".py"), encoding="utf-8") as handle:
+                self.assertLess(len(handle.read().splitlines()), 500, name)

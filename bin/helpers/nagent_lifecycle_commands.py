@@ -196,5 +196,5 @@ def edit_conversation(options):
 
 
 def compact(options):
-    from nagent_window import compact_now
+    from nagent_compact import compact_now
     return compact_now(selected_path(options), options)

@@ -10,14 +10,14 @@ response (cleaned), exit code, turns, this run's and the conversation's token to
 import json
 from dataclasses import dataclass, replace
 
-from nagent_accounting import TokenStats, add_child, add_result, status_line
+from nagent_accounting import TokenStats, add_child, status_line
 from nagent_actions import process_action
-from nagent_cli import Spinner, redact
+from nagent_cli import Spinner
 from nagent_conversation import ConversationWriter, utc_now
-from nagent_conversation_tail import last_stats
 from nagent_errors import EXIT_CODES, LimitError, NagentError, ProtocolFailure, ProviderError
 from nagent_protocol import clean_user_output, correction_text, kept_reply, parse_response
 from nagent_requests import build_request
+from nagent_run import Run
 from nagent_window import maybe_compact
 
 
@@ -36,45 +36,6 @@ class RunOutcome:
                 "conversation": self.conversation, "turns": self.turns,
                 "totals": self.run_stats.as_dict(), "conversation_totals": self.conversation_stats.as_dict(),
                 "error": self.error}
-
-
-class Run:
-    """Mutable state of one invocation; everything durable goes through `writer`."""
-
-    def __init__(self, session, writer):
-        self.session = session
-        self.writer = writer
-        self.run_stats = TokenStats()
-        previous = last_stats(writer.records())
-        self.conv_stats = TokenStats.from_dict((previous or {}).get("conversation", {}))
-        self.windows = list((previous or {}).get("windows") or [])
-        self.calls = 0
-        self.recent_actions = []
-        self.client = None  # one provider client for the whole run (see nagent_llm.make_client)
-
-    def append(self, kind, body, attrs=None):
-        return self.writer.append(kind, redact(body, self.session.secrets), attrs)
-
-    def record_stats(self, result=None):
-        body = {"conversation": self.conv_stats.as_dict(), "run": self.run_stats.as_dict(),
-                "windows": self.windows}
-        if result is not None:
-            body["last_call"] = {key: getattr(result, key) for key in (
-                "provider", "model", "input_tokens", "output_tokens", "cache_read_tokens",
-                "cache_write_tokens", "finish_reason", "elapsed", "attempts", "estimated")}
-        self.append("stats", json.dumps(body, sort_keys=True))
-
-    def provider_client(self):
-        if self.client is None:
-            import nagent_llm
-            self.client = nagent_llm.make_client(self.session.settings)
-        return self.client
-
-    def count_call(self, result):
-        config = self.session.settings.config
-        self.run_stats = add_result(self.run_stats, result, config)
-        self.conv_stats = add_result(self.conv_stats, result, config)
-        self.record_stats(result)
 
 
 def call_llm(run, spinner):
