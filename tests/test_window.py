@@ -109,6 +109,26 @@ class CheckpointTextTest(HermeticTestCase):
         self.assertTrue(second.endswith("- prefer make -j4   (my note, odd  spacing)\n"))
         self.assertEqual(ck.user_notes(second), ck.user_notes(edited))
 
+    def test_schema_check(self):
+        good = ck.strip_to_schema(CHECKPOINT_REPLY)
+        self.assertIsNone(ck.schema_problem(good))
+        self.assertIsNone(ck.file_schema_problem(ck.compose_checkpoint(CHECKPOINT_REPLY, "", 1, 1, NOW)))
+        lower = ck.strip_to_schema(CHECKPOINT_REPLY.replace("## Current state", "##  current STATE"))
+        self.assertIn("## Current state\n", lower)  # canonical spelling
+        self.assertIsNone(ck.schema_problem(lower))
+        cases = {GARBAGE: "missing section(s) Goal",
+                 CHECKPOINT_REPLY.replace("## Decisions", "## Choices"): "missing section(s) Decisions",
+                 CHECKPOINT_REPLY.replace("## Open questions\n- None.", "## Open questions\n- None.\n"
+                                          "## Goal\nagain"): "out of order or repeated",
+                 "".join(f"## {name}\n" for name in ck.SCHEMA): "every section is empty"}
+        for text, problem in cases.items():
+            with self.subTest(text=text[:40]):
+                self.assertIn(problem, ck.schema_problem(ck.strip_to_schema(text)) or "None")
+        self.assertIsNone(ck.schema_problem(ck.strip_to_schema(CHECKPOINT_REPLY + "## Random\nx")))
+        extra = CHECKPOINT_REPLY.replace("## User notes\nthe model must not write this\n", "## Extra\nx\n")
+        self.assertEqual(ck.schema_problem(ck.strip_to_schema(extra)), "unexpected section(s) Extra")
+        self.assertEqual(ck.file_schema_problem("just text"), "no nagent-checkpoint header line")
+
     def test_due_and_stale_rules(self):
         self.assertTrue(ck.checkpoint_due(5000, None, 5000))
         self.assertFalse(ck.checkpoint_due(4999, None, 5000))
@@ -235,6 +255,21 @@ class RebuildRecordsTest(HermeticTestCase):
         self.assertEqual(len(side_files), 1)
         self.assertEqual(start, 1)  # the reply, not past the end
 
+    def test_hand_typed_notes_before_the_tail_are_carried_like_prompts(self):
+        old = sample_window()
+        note = rec(0, "note", "My note typed by hand: the CI box is slow, use -j2.")
+        records = old[:4] + [note] + old[4:]
+        new_records, _ = self.rebuild(records)
+        kinds = [(kind, body) for kind, body, _ in new_records]
+        self.assertEqual(kinds.count(("note", note.body)), 1)
+        at = kinds.index(("note", note.body))
+        self.assertEqual(kinds[at - 1], ("prompt", "Fix the build.\n  Keep  this   spacing."))
+        self.assertEqual(new_records[at][2].get("carried"), "true")  # before the tail, not in it
+        data = rb.encode_window(new_records, NOW)
+        from nagent_conversation import parse_records
+        back = parse_records(data)[0]
+        self.assertIn(("note", note.body), [(r.kind, r.body) for r in back])
+
     def test_window_growth_and_current_window(self):
         new_records, _ = self.rebuild()
         path = os.path.join(self.tmp, "w")
@@ -265,6 +300,23 @@ class Script:
             return CHECKPOINT_REPLY
         self.loop_sizes.append(os.path.getsize(self.path))
         return self.actions.pop(0) if self.actions else "<nagent-response>done</nagent-response>"
+
+
+class CheckpointScript(Script):
+    """Checkpoint calls take the next of `checkpoints` (the last one repeats)."""
+
+    def __init__(self, actions, path, checkpoints):
+        super().__init__(actions, path)
+        self.checkpoints = list(checkpoints)
+
+    def __call__(self, record):
+        reply = super().__call__(record)
+        if reply is CHECKPOINT_REPLY:
+            return self.checkpoints.pop(0) if len(self.checkpoints) > 1 else self.checkpoints[0]
+        return reply
+
+
+GARBAGE = "<start_of_turn>model\nThe the the conversation conversation is is about about\n" * 5
 
 
 class WindowLoopTest(InProcessCase):
@@ -403,6 +455,53 @@ class WindowLoopTest(InProcessCase):
         self.assertEqual((meta["window"], meta["covers_bytes"]), (2, os.path.getsize(path)))
         for side in info["side_files"]:
             self.assertTrue(side.startswith(path + ".d" + os.sep))
+
+    def test_a_garbage_checkpoint_is_rejected_the_previous_kept_and_the_failure_noted(self):
+        self.configure(checkpoint_every_bytes=5000, window_max_bytes=0)
+        self.make_logs(6, 2500)
+        script = CheckpointScript([f"<nagent-shell>cat logs/{i}.txt</nagent-shell>" for i in range(6)]
+                                  + ["<nagent-response>one</nagent-response>"], self.path(),
+                                  [CHECKPOINT_REPLY, GARBAGE, "## Goal\nonly a goal\n"])
+        self.fake.reply_fn(script)
+        self.assertEqual(self.run_prompt("Audit the logs.").exit_code, 0)
+        self.assertGreaterEqual(len(script.checkpoint_sizes), 2)
+        text, meta = ck.read_checkpoint(self.path())
+        self.assertIn("## Goal\nAudit the logs.", text)  # the first (good) checkpoint
+        self.assertNotIn("the the", text.lower())
+        self.assertNotIn("only a goal", text)
+        self.assertEqual(meta["covers_bytes"], script.checkpoint_sizes[0])
+        notes = [r for r in read_records(self.path()) if r.kind == "error" and "checkpoint" in r.body]
+        self.assertEqual(len(notes), len(script.checkpoint_sizes) - 1)
+        self.assertIn("missing section(s) Goal, Decisions", notes[0].body)
+        self.assertIn("missing section(s) Decisions", notes[-1].body)
+        # A rejected attempt waits another checkpoint_every_bytes, like a written one.
+        for before, after in zip(script.checkpoint_sizes, script.checkpoint_sizes[1:]):
+            self.assertGreaterEqual(after - before, 5000)
+
+    def test_a_rebuild_whose_checkpoint_is_garbage_carries_the_previous_good_one(self):
+        self.configure(side_threshold_bytes=1000, window_tail_bytes=100, checkpoint_every_bytes=2000,
+                       window_max_bytes=0)
+        self.make_logs(1, 3000)
+        script = CheckpointScript(["<nagent-shell>cat logs/0.txt</nagent-shell>",
+                                   "<nagent-response>done</nagent-response>"], self.path(),
+                                  [CHECKPOINT_REPLY])
+        self.fake.reply_fn(script)
+        self.assertEqual(self.run_prompt("Read the log.").exit_code, 0)
+        import nagent_run
+        self.assertTrue(script.checkpoint_sizes)  # good ones, during the run
+        script.checkpoints = [GARBAGE]
+        for expected in ("## Goal\nAudit the logs.", "No checkpoint is available"):
+            if expected.startswith("No"):  # no usable checkpoint at all: a pointer to the archive
+                with open(ck.checkpoint_path(self.path()), "w", encoding="utf-8") as handle:
+                    handle.write("scribbles, not a checkpoint\n")
+            with self.patched_environ(), ConversationWriter(self.path()) as writer:
+                info = win.rebuild_window(nagent_run.Run(self.session(), writer), NOW)
+            carried = [r.body for r in read_records(self.path()) if r.attr("carried") == "checkpoint"]
+            self.assertEqual(len(carried), 1)
+            self.assertIn(expected, carried[0])
+            self.assertNotIn("the the", carried[0].lower())
+            archived = [r for r in read_records(info["archived"]) if r.kind == "error"]
+            self.assertTrue(any("checkpoint rejected" in r.body for r in archived), archived)
 
     def test_carried_prompts_over_the_limit_do_not_rebuild_every_turn(self):
         self.configure(window_max_bytes=20_000, checkpoint_every_bytes=0)
