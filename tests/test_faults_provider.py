@@ -120,7 +120,7 @@ class _ProviderFaults:
         self.assertEqual([e.attr("status") for e in errors], ["503"] * 3)
         self.assertIn("(after 3 attempts)", errors[-1].body)
         self.assertNotIn("retrying", errors[-1].body)
-        self.assertEqual(self.records()[-1].kind, "error")
+        self.assertEqual([r.kind for r in self.records()[-2:]], ["error", "system"])  # + failed mark
         seq = self.last_seq()
         self.fake.reply("<nagent-response>second ok</nagent-response>")
         outcome = self.loop("second task")

@@ -269,7 +269,7 @@ class FormatRetryLimitTest(NagentRunCase):
         self.fake.reply("<nagent-response>never reached</nagent-response>")
         proc = self.nagent("please answer")
         self.assertOneError(proc, 8, "tag protocol")
-        self.assertEqual(proc.stdout, "")
+        self.assertEqual(proc.stdout, "Plain prose reply number 3, no tags.\n")  # marked on stderr
         requests = self.generation_requests()
         self.assertEqual(len(requests), 4)
         self.assertPrefixChain(requests)
@@ -333,7 +333,8 @@ class ProviderFailureTest(NagentRunCase):
         errors = [r for r in records if r.kind == "error"]
         self.assertEqual(len(errors), 1)
         self.assertEqual(errors[0].attr("status"), "401")
-        self.assertEqual(records[-1].kind, "error")
+        self.assertEqual([r.kind for r in records[-2:]], ["error", "system"])  # + failed-run mark
+        self.assertEqual(records[-1].attr("run"), "failed")
 
         self.fake.reply("<nagent-response>continued fine</nagent-response>")
         proc = self.nagent("second task")

@@ -184,6 +184,35 @@ class LeakedThinkingTest(HermeticTestCase):
                 self.assertEqual(len(parse.actions), 1)
 
 
+class StoppedAtTest(HermeticTestCase):
+    """A provider stop at one of STOP_SEQUENCES is a cut at the reply's end (issue 10 item 15)."""
+
+    def test_a_reported_stop_is_a_cut_even_when_the_text_is_whole(self):
+        text = "<nagent-shell>ls</nagent-shell>\n"
+        parse = proto.parse_response(text, "nagent-shell-result")
+        self.assertEqual((parse.valid, parse.cut_at, parse.cut_tag), (True, len(text), "nagent-shell-result"))
+        self.assertEqual(proto.kept_reply(text, parse), text)
+        self.assertEqual(proto.parse_response("\n", "system").error,
+                         "reply wrote the driver's <system> block; stop before results, the driver appends them.")
+
+    def test_a_stop_inside_a_body_drops_only_the_unclosed_action(self):
+        text = '<nagent-shell>ls</nagent-shell>\n<nagent-write path="/tmp/x">\nab'
+        for stopped in ("system", ""):
+            parse = proto.parse_response(text, stopped)
+            self.assertEqual([a.kind for a in parse.actions], ["shell"], stopped)
+            self.assertEqual(parse.cut_at, len(text))
+        self.assertFalse(proto.parse_response(text).valid)
+        self.assertTrue(proto.parse_response(text).truncated)
+        # An unknown stop (a plain "stop" finish) is a cut only when the text is unfinished.
+        whole = proto.parse_response("<nagent-next>a</nagent-next>", "")
+        self.assertEqual((whole.valid, whole.cut_at), (True, None))
+        alone = proto.parse_response('<nagent-write path="/tmp/x">\nab', "")
+        self.assertEqual(alone.error, "unclosed <nagent-write> opened at line 1.")
+        self.assertEqual(proto.stop_block("\n\t<system>"), "system")
+        self.assertEqual(proto.stop_block("\n<nagent-read-result"), "nagent-read-result")
+        self.assertEqual(proto.stop_block("STOP"), "")
+
+
 class HugeBodyTest(HermeticTestCase):
     def test_megabyte_write_body_is_exact(self):
         body = "".join(f"line {i:07d} <tag> & </nagent-writ {'x' * (i % 50)}\r\n"

@@ -86,6 +86,27 @@ class RecordMessagesTest(HermeticTestCase):
         self.assertNotIn("fake\n", text)
         self.assertEqual(NOT_SENT, frozenset({"stats", "meta", "error"}))
 
+    def test_partial_replies_are_sent_only_for_a_valid_whole_or_a_continuation_in_progress(self):
+        base = [rec(1, "prompt", "go", source="argv")]
+        partial = [rec(2, "reply", "<nagent-shell>echo a", valid="partial", finish="length"),
+                   rec(3, "system", "<system>Your reply was cut off by the output limit. Continue.</system>",
+                       continuation="true")]
+        in_progress = record_messages(base + partial)
+        self.assertEqual(in_progress, [("user", ["go"]), ("assistant", ["<nagent-shell>echo a"]),
+                                       ("user", [partial[1].body])])
+        valid = rec(4, "reply", "<nagent-shell>echo ab</nagent-shell>", valid="true", continued="true")
+        self.assertEqual(record_messages(base + partial + [valid])[1:3],
+                         [("assistant", ["<nagent-shell>echo a"]), ("user", [partial[1].body])])
+        self.assertEqual(record_messages(base + partial + [valid])[3], ("assistant", ["b</nagent-shell>"]))
+        invalid = rec(4, "reply", "<nagent-shell>echo ab</nagent-shell> prose", valid="false",
+                      continued="true")
+        correction = rec(5, "system", "<system>Invalid nagent response format: x</system>")
+        self.assertEqual(record_messages(base + partial + [invalid, correction]),
+                         [("user", ["go", correction.body])])
+        failed = rec(4, "system", "<system>The run failed.</system>", run="failed")
+        self.assertEqual(record_messages(base + partial + [rec(9, "error", "HTTP 500"), failed]),
+                         [("user", ["go", failed.body])])
+
     def test_request_n_is_a_prefix_of_request_n_plus_one(self):
         records, calls = conversation()
         requests = [build_request(records[:end], self.anthropic, cache_key="k") for end in calls]
@@ -135,7 +156,7 @@ class WireRequestTest(NagentRunCase):
         self.assertEqual(len(requests), 4)
         for record in requests:
             body = record["json"]
-            self.assertEqual(body["stop_sequences"][0], "\n<nagent-shell-result>")
+            self.assertEqual(body["stop_sequences"][0], "\n<nagent-shell-result")
             blocks = [block for message in body["messages"] for block in message["content"]]
             marked = [block for block in blocks if "cache_control" in block]
             self.assertTrue(1 <= len(marked) <= 4, len(marked))

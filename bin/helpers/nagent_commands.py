@@ -45,7 +45,12 @@ def current_cwd():
 def run_prompt(options):
     from nagent_loop import run_agent_loop
     from nagent_session import build_session
-    prompt, source = read_prompt(options.get("prompt") or [], sys.stdin)
+    if options.get("retry"):  # the loop finds the prompt, under the conversation's lock
+        if options.get("prompt"):
+            raise UsageError("--retry takes no prompt", " ".join(options["prompt"]))
+        prompt, source = None, "retry"
+    else:
+        prompt, source = read_prompt(options.get("prompt") or [], sys.stdin)
     if options.get("invocation") == "delegated":
         source = "delegated"
     session = build_session(options, dict(os.environ), current_cwd())
@@ -60,6 +65,9 @@ def run_prompt(options):
     elif data["response"] is not None:
         text = data["response"]
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    if data.get("valid") is False and data["response"] is not None:
+        sys.stderr.write("warning: the model's last reply is not in the nagent protocol; "
+                         "it is printed as is\n")
     if data["error"]:  # on stderr in --json mode too: stdout stays one JSON document
         report_error(NagentError(data["error"].get("error", "run failed"),
                                  data["error"].get("value", ""), data["error"].get("fix", "")))

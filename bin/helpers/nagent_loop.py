@@ -1,11 +1,20 @@
 """The agent loop: main → run_agent_loop → call_llm → parse_response → process_tags.
 
 Data contract: `run_agent_loop(session, prompt, source) -> RunOutcome`. `session` (see
-nagent_session) names the conversation file, settings, action context and loop limits.
+nagent_session) names the conversation file, settings, action context and loop limits;
+`prompt` None with source "retry" re-runs the last prompt whose run failed
+(nagent_run_records.failed_prompt; UsageError when there is none), as a new prompt record.
 Every prompt, reply (valid or not), result, correction, provider error and interruption is
 appended as one record before anything else happens, so the file is always the whole truth
-and a killed run loses nothing it had accepted. The outcome is plain data: the final
-response (cleaned), exit code, turns, this run's and the conversation's token totals.
+and a killed run loses nothing it had accepted. A run that fails after its prompt was
+written appends a failed-run marker, so the next prompt never reads as part of it.
+- A reply cut off by the output limit is continued only while its text so far parses (valid,
+  or invalid only because it is unfinished), at most `max_continuations` times; a stop at a
+  stop sequence is a cut at the reply's end (nagent_protocol.parse_response `stopped_at`).
+- The model calls made since the last valid reply, continuations included, never exceed
+  `max_format_retries + 1`: then the run stops with exit 8.
+The outcome is plain data: the final response (cleaned; at exit 8 the last invalid reply's
+text, with `valid` False), exit code, turns, this run's and the conversation's token totals.
 """
 import json
 from dataclasses import dataclass, replace
@@ -14,10 +23,13 @@ from nagent_accounting import TokenStats, add_child, status_line
 from nagent_actions import process_action
 from nagent_cli import Spinner
 from nagent_conversation import ConversationWriter, utc_now
-from nagent_errors import EXIT_CODES, LimitError, NagentError, ProtocolFailure, ProviderError
-from nagent_protocol import clean_user_output, correction_text, kept_reply, parse_response
+from nagent_errors import (EXIT_CODES, LimitError, NagentError, ProtocolFailure, ProviderError,
+                           UsageError)
+from nagent_protocol import (clean_user_output, correction_text, kept_reply, parse_response,
+                             stop_block)
 from nagent_requests import build_request
 from nagent_run import Run
+from nagent_run_records import (CONTINUATION_ATTRS, CONTINUE_TEXT, failed_prompt, failure_marker)
 from nagent_window import maybe_compact
 
 
@@ -30,16 +42,31 @@ class RunOutcome:
     run_stats: TokenStats
     conversation_stats: TokenStats
     error: dict | None = None
+    valid: bool = True  # False: `response` is the text of a reply outside the tag protocol
 
     def as_dict(self):
-        return {"response": self.response, "exit_code": self.exit_code,
+        return {"response": self.response, "valid": self.valid, "exit_code": self.exit_code,
                 "conversation": self.conversation, "turns": self.turns,
                 "totals": self.run_stats.as_dict(), "conversation_totals": self.conversation_stats.as_dict(),
                 "error": self.error}
 
 
+@dataclass(frozen=True)
+class Reply:
+    """A whole model reply, possibly continued over several calls."""
+    text: str
+    result: object      # the last call's nagent_llm.Result
+    calls: int
+    stopped_at: str | None  # see nagent_protocol.parse_response
+
+    @property
+    def continued(self):
+        return self.calls > 1
+
+
 def call_llm(run, spinner):
-    """One model call over the request derived from the file; usage folded into totals."""
+    """One model call over the request derived from the file; usage folded into totals.
+    Returns (result, the stop sequences the request carried)."""
     session = run.session
     if run.calls >= session.limits.max_calls:
         raise LimitError("model call limit reached for this invocation", session.limits.max_calls,
@@ -61,7 +88,16 @@ def call_llm(run, spinner):
         raise
     run.count_call(result)
     spinner.set_label(status_line(run.run_stats))
-    return result
+    return result, request.stop
+
+
+def stopped_at(result, stops):
+    """How the provider ended the reply, as parse_response's `stopped_at`: the driver block of
+    a reported stop sequence, "" for a plain stop of a request that carried stop sequences
+    (OpenAI chat and Gemini do not say which stop ended a reply), else None."""
+    if result.finish_reason == "stop_sequence":
+        return stop_block(result.stop_sequence)
+    return "" if stops and result.finish_reason == "stop" else None
 
 
 def action_key(action):
@@ -93,30 +129,47 @@ def process_tags(run, actions):
             run.record_stats()
 
 
-def next_reply(run, spinner):
-    """A whole reply: a reply cut off by the output limit is continued a bounded number of times."""
+def continuable(text):
+    """A reply cut by the output limit is continued only if what it has so far parses."""
+    parsed = parse_response(text)
+    return parsed.cut_at is None and (parsed.valid or parsed.truncated)
+
+
+def next_reply(run, spinner, budget):
+    """A whole reply in at most `budget` calls (and `max_continuations` continuations)."""
     limits = run.session.limits
     parts = []
-    for _ in range(limits.max_continuations + 1):
-        result = call_llm(run, spinner)
+    while True:
+        result, stops = call_llm(run, spinner)
         parts.append(result.text)
-        if result.finish_reason != "length":
-            break
+        text = "".join(parts)
+        if result.finish_reason != "length" or len(parts) > limits.max_continuations \
+                or len(parts) >= budget or not continuable(text):
+            return Reply(text, result, len(parts), stopped_at(result, stops))
+        # Recorded only when another call follows: after the last one, only the correction.
         run.append("reply", result.text, {"valid": "partial", "finish": "length",
                                           "provider": result.provider, "model": result.model})
-        run.append("system", "<system>Your reply was cut off by the output limit. Continue exactly "
-                   "where it stopped, without repeating anything.</system>")
-    return "".join(parts), result, len(parts) > 1
+        run.append("system", CONTINUE_TEXT, CONTINUATION_ATTRS)
 
 
 def run_agent_loop(session, prompt, source="argv"):
     with ConversationWriter(session.path, lock_timeout=session.limits.lock_timeout) as writer:
+        if prompt is None:
+            prompt = retry_prompt(writer.records(), session.path)
         run = Run(session, writer)
         try:
             return _loop(run, prompt, source)
         except KeyboardInterrupt:
             run.append("interrupt", "The user interrupted the previous run (Ctrl-C).")
             return outcome(run, None, EXIT_CODES["interrupted"], error={"error": "interrupted"})
+
+
+def retry_prompt(records, path):
+    prompt = failed_prompt(records)
+    if prompt is None:
+        raise UsageError("no failed prompt to retry", path, "nagent --retry re-runs the last "
+                         "prompt when its run failed; the last run finished or there is none")
+    return prompt
 
 
 def start_conversation(run):
@@ -131,17 +184,25 @@ def start_conversation(run):
             run.append("meta", json.dumps(run.session.meta, sort_keys=True))
 
 
-def outcome(run, response, code, error=None):
+def outcome(run, response, code, error=None, valid=True):
     return RunOutcome(response, code, run.session.path, run.run_stats.turns, run.run_stats,
-                      run.conv_stats, error)
+                      run.conv_stats, error, valid)
+
+
+def failed(run, error, response=None):
+    """The run stops on `error`: mark its prompt's run failed, then the outcome."""
+    body, attrs = failure_marker(error.kind)
+    run.append("system", body, attrs)
+    return outcome(run, response, error.exit_code, error.as_dict(), valid=response is None)
 
 
 def reply_notes(parsed, actions, responses):
     """What the model should hear about how its (valid) reply was taken."""
     notes = []
     if parsed.cut_at is not None:
-        notes.append(f"Your reply wrote the driver's <{parsed.cut_tag}> block; everything from "
-                     "there on was discarded unrun. Never write result blocks: the driver appends them.")
+        block = f"the driver's <{parsed.cut_tag}> block" if parsed.cut_tag else "a driver block"
+        notes.append(f"Your reply wrote {block}; everything from there on was discarded unrun. "
+                     "Never write result blocks: the driver appends them.")
     if parsed.duplicates_dropped:
         notes.append(f"{parsed.duplicates_dropped} repeated identical action(s) in your reply ran once.")
     if actions and responses:
@@ -150,46 +211,62 @@ def reply_notes(parsed, actions, responses):
     return notes
 
 
-def record_invalid(run, text, attrs, parsed, failures):
-    """Keep the invalid reply and its correction; a ProtocolFailure once retries run out."""
-    record = run.append("reply", text, dict(attrs, valid="false"))
+def record_invalid(run, reply, attrs, parsed, streak_calls):
+    """Keep the invalid reply and its correction; a ProtocolFailure once the calls since the
+    last valid reply reach max_format_retries + 1."""
+    record = run.append("reply", reply.text, dict(attrs, valid="false"))
     run.append("system", correction_text(f"{parsed.error.rstrip('.')} (your reply is kept as "
                                          f"record {record.seq} and not repeated here)."))
-    if failures > run.session.limits.max_format_retries:
+    if streak_calls > run.session.limits.max_format_retries:
         return ProtocolFailure("the model kept replying outside the nagent tag protocol",
-                               f"{failures} invalid replies in a row",
-                               "the conversation file holds every reply; try again or switch model")
+                               f"{streak_calls} model calls without a valid reply; every reply is "
+                               f"kept in {run.session.path}",
+                               "try again, or a model that follows the format")
     return None
+
+
+def record_valid(run, reply, attrs, parsed):
+    """Append a valid reply; a cut is stored as an offset into the stored (redacted) text."""
+    stored = run.redact(reply.text)
+    if parsed.cut_at is not None:
+        at_stored = parsed if stored == reply.text else parse_response(stored, reply.stopped_at)
+        kept = (kept_reply(stored, at_stored) if at_stored.cut_at is not None
+                else run.redact(kept_reply(reply.text, parsed)))
+        attrs = dict(attrs, cut=str(len(kept)))
+    run.append("reply", stored, dict(attrs, valid="true"))
+
+
+def reply_attrs(reply):
+    attrs = {"provider": reply.result.provider, "model": reply.result.model,
+             "finish": reply.result.finish_reason}
+    if reply.continued:
+        attrs["continued"] = "true"
+    return attrs
 
 
 def _loop(run, prompt, source):
     limits = run.session.limits
     start_conversation(run)
     run.append("prompt", prompt, {"source": source})
-    format_failures = 0
+    streak_calls = 0  # model calls since the last valid reply
     with Spinner("waiting for model") as spinner:
         while True:
             try:
                 maybe_compact(run, utc_now())
-                text, result, continued = next_reply(run, spinner)
+                reply = next_reply(run, spinner, limits.max_format_retries + 1 - streak_calls)
             except LimitError as error:
                 return final_summary(run, spinner, error)
             except NagentError as error:
-                return outcome(run, None, error.exit_code, error.as_dict())
-            attrs = {"provider": result.provider, "model": result.model, "finish": result.finish_reason}
-            if continued:
-                attrs["continued"] = "true"
-            parsed = parse_response(text)
+                return failed(run, error)
+            streak_calls += reply.calls
+            parsed = parse_response(reply.text, reply.stopped_at)
             if not parsed.valid:
-                format_failures += 1
-                failure = record_invalid(run, text, attrs, parsed, format_failures)
+                failure = record_invalid(run, reply, reply_attrs(reply), parsed, streak_calls)
                 if failure:
-                    return outcome(run, None, failure.exit_code, failure.as_dict())
+                    return failed(run, failure, response=run.redact(reply.text))
                 continue
-            format_failures = 0
-            if parsed.cut_at is not None:
-                attrs["cut"] = str(len(kept_reply(text, parsed)))
-            run.append("reply", text, dict(attrs, valid="true"))
+            streak_calls = 0
+            record_valid(run, reply, reply_attrs(reply), parsed)
             actions = [a for a in parsed.actions if a.kind != "response"]
             responses = [a for a in parsed.actions if a.kind == "response"]
             notes = reply_notes(parsed, actions, responses)
@@ -220,11 +297,12 @@ def final_summary(run, spinner, reason):
     try:
         limits = run.session.limits
         run.session = replace(run.session, limits=replace(limits, max_calls=run.calls + 1))
-        text, result, _ = next_reply(run, spinner)
-        parsed = parse_response(text)
-        run.append("reply", text, {"valid": "true" if parsed.valid else "false",
-                                   "provider": result.provider, "model": result.model,
-                                   "finish": result.finish_reason})
+        reply = next_reply(run, spinner, limits.max_continuations + 1)
+        parsed = parse_response(reply.text, reply.stopped_at)
+        if parsed.valid:
+            record_valid(run, reply, reply_attrs(reply), parsed)
+        else:
+            run.append("reply", reply.text, dict(reply_attrs(reply), valid="false"))
         responses = [a for a in parsed.actions if a.kind == "response"]
         if responses:
             response = clean_user_output(responses[-1].body)

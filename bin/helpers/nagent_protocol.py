@@ -9,6 +9,16 @@ Data contract:
 - A driver block (<nagent-…-result …> or <system>) written at the start of a line cuts the reply
   there (cut_at = offset of its "<", cut_tag = its name), wherever it appears: only actions that
   close before the cut survive. If none do, the parse is invalid.
+  A thinking block is tolerated only at the very start of a reply (before any action or fence)
+  and only if no body tag opened inside it is still unclosed where it ends: else that end may be
+  text inside a body (a file being written) and what follows must not run.
+- STOP_SEQUENCES are the line-start forms of those driver blocks (plain and indented <system>),
+  most common first, for providers that take stop sequences; every one of them is a cut position
+  of the parser. A provider stop at one is passed as `stopped_at` and is a cut at the reply's
+  end. A block at the very start of a reply cannot be a stop sequence (a provider matches only
+  after generated text); the parser cuts it there.
+- Parse.truncated: invalid only because the reply ends inside a tag, body or fence (a reply cut
+  by the output limit may be continued only then, or when valid).
 - Exact consecutive duplicate actions collapse into one; duplicates_dropped counts them.
 - Scanning is str.find/anchored-match driven, so time is linear in the reply length.
 - The other functions are pure string helpers: kept_reply, trim_partial_tag, correction_text,
@@ -27,6 +37,11 @@ RESULT_TAGS = ("read-result", "file-read-result", "file-patch-result", "write-re
 # Every attribute a tag takes is required; tags not listed take none.
 TAG_ATTRS = {"read": ("path",), "file-read": ("path",), "file-patch": ("index",), "write": ("path",)}
 SELF_CLOSING = ("read", "file-read", "file-patch")
+# Most common first: a provider takes only its first few (OpenAI chat 4, Gemini 5, Anthropic 8).
+STOP_SEQUENCES = ("\n<nagent-shell-result", "\n<system>", "\n<nagent-read-result", "\n  <system>",
+                  "\n<nagent-write-result", "\n    <system>", "\n<nagent-file-read-result",
+                  "\n\t<system>", "\n<nagent-agent-result", "\n<nagent-file-patch-result",
+                  "\n  <nagent-shell-result", "\n    <nagent-shell-result")
 NEWLINE_TRIMMED = ("response", "shell", "next", "agent")
 NEEDS_BODY = ("shell", "next", "agent")
 THINKING_TAGS = ("think", "thinking")
@@ -99,6 +114,7 @@ class Parse:
     cut_at: int | None = None
     cut_tag: str | None = None
     duplicates_dropped: int = 0
+    truncated: bool = False  # invalid only because it ends inside a tag, body or fence
 
     @property
     def valid(self):
@@ -107,6 +123,7 @@ class Parse:
     def as_dict(self):
         return {"valid": self.valid, "error": self.error, "cut_at": self.cut_at,
                 "cut_tag": self.cut_tag, "duplicates_dropped": self.duplicates_dropped,
+                "truncated": self.truncated,
                 "actions": [action.as_dict() for action in self.actions]}
 
 
@@ -411,10 +428,12 @@ def _scan(text, cut):
     except _Truncated:
         if not cut:
             raise
-        return actions, repeats
-    if fence[0] == "open" and not cut:
-        raise _Invalid(f"unclosed markdown fence opened at line {_line(text, fence[1])}.")
-    return actions, repeats
+        return actions, repeats, True
+    if fence[0] == "open":
+        if not cut:
+            raise _Truncated(f"unclosed markdown fence opened at line {_line(text, fence[1])}.")
+        return actions, repeats, True
+    return actions, repeats, False
 
 
 def _collapse(actions):
@@ -429,23 +448,42 @@ def _collapse(actions):
     return kept, dropped
 
 
-def parse_response(text):
-    """Parse one model reply strictly. Never raises for any str input."""
+def parse_response(text, stopped_at=None):
+    """Parse one model reply strictly. Never raises for any str input.
+
+    `stopped_at` says the provider ended the reply at one of STOP_SEQUENCES: the driver block's
+    name ("system", "nagent-shell-result" ...), or "" when the provider does not say which
+    (it reports a plain stop). The end of the text is then a cut like the parser's own: a
+    known block always, an unknown one when the reply ends inside a tag or body."""
     if not text.strip():
+        if stopped_at:
+            return Parse(error=_fabricated(stopped_at), cut_at=0, cut_tag=stopped_at)
         return Parse(error="empty reply.")
     cut_at = cut_tag = None
     match = _CUT_FIRST.match(text) or _CUT_LATER.search(text)
     if match:
         cut_at, cut_tag = match.start(1) - 1, match.group(1)
     try:
-        actions, repeats = _scan(text if cut_at is None else text[:cut_at], cut_at is not None)
+        actions, repeats, truncated = _scan(text if cut_at is None else text[:cut_at],
+                                            cut_at is not None or stopped_at is not None)
     except _Invalid as exc:
-        return Parse(error=exc.detail, cut_at=cut_at, cut_tag=cut_tag)
+        return Parse(error=exc.detail, cut_at=cut_at, cut_tag=cut_tag,
+                     truncated=isinstance(exc, _Truncated))
+    if cut_at is None and (stopped_at or (stopped_at is not None and truncated)):
+        cut_at, cut_tag = len(text), stopped_at
+    if not actions and cut_tag == "":
+        return parse_response(text)  # an unknown stop explains nothing: the scan's own error
     if not actions:
         detail = _fabricated(cut_tag) if cut_tag else "no nagent tags in reply."
         return Parse(error=detail, cut_at=cut_at, cut_tag=cut_tag)
     actions, dropped = _collapse(actions)
     return Parse(tuple(actions), None, cut_at, cut_tag, dropped + repeats)
+
+
+def stop_block(stop_sequence):
+    """The driver block a stop sequence starts ("\\n  <system>" -> "system"), "" if unknown."""
+    name = (stop_sequence or "").strip().lstrip("<").rstrip(">")
+    return name if stop_sequence in STOP_SEQUENCES else ""
 
 
 def trim_partial_tag(text):

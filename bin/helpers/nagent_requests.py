@@ -6,23 +6,26 @@ Data contract: `build_request(records, provider_row, cache_key=None) -> Request`
   corrections, notes, interruptions) becomes user messages, consecutive ones merged, one
   part per record so block boundaries stay stable from one request to the next.
 - A reply continued after the output limit is stored whole (as run) but sent as the part
-  the model wrote after its partial replies, so the model never sees itself repeat.
+  the model wrote after its partial replies, so the model never sees itself repeat. The
+  partial replies and the continuation notes between them (system records with
+  continuation="true") are sent only while the continuation is in progress (they end the
+  records) or once the whole reply turned out valid; the partial parts of an invalid reply,
+  or of one a failure or interruption left unfinished, are never sent.
 - Invalid replies are not sent back (a raw invalid turn acts as an example the model
   copies); the correction that follows them carries a pointer to the record instead.
 - Records of kind stats / meta / error are bookkeeping and never sent.
 - Cache breakpoints: the static initial context, the end of the user turn the previous
   request ended with, and the end of this request — so each request reads back what the
   previous one wrote (Anthropic looks up whole blocks). Other providers ignore them.
-- Stop sequences: the driver's most common result tags at a line start, as many as the
-  provider takes.
+- Stop sequences: nagent_protocol.STOP_SEQUENCES (driver blocks at a line start, most common
+  first), as many as the provider takes.
 The same records always give the same request: request N is a prefix of request N+1.
 """
 from nagent_llm import Message, Request
+from nagent_protocol import STOP_SEQUENCES
+from nagent_run_records import is_continuation_note
 
 NOT_SENT = frozenset({"stats", "meta", "error"})
-STOP_SEQUENCES = ("\n<nagent-shell-result>", "\n<nagent-read-result", "\n<system>",
-                  "\n<nagent-write-result", "\n<nagent-file-read-result",
-                  "\n<nagent-agent-result", "\n<nagent-file-patch-result")
 
 
 def reply_text_as_run(record):
@@ -41,30 +44,47 @@ def render_user_record(record):
     return record.body
 
 
+def _add(messages, role, text):
+    if not text:
+        return
+    if messages and messages[-1][0] == role:
+        messages[-1][1].append(text)
+    else:
+        messages.append((role, [text]))
+
+
 def record_messages(records):
     """[(role, [parts])] with consecutive roles merged; the first message is always user."""
     messages = []
-    partial = ""  # replies cut by the output limit, awaiting their continuation
+    pending = []  # (role, text) of partial replies and continuation notes, not yet sent
+    partial = ""  # the text of those partial replies
     for record in records:
         if record.kind in NOT_SENT:
             continue
+        if record.kind == "reply" and record.attr("valid") == "partial":
+            pending.append(("assistant", record.body.rstrip()))
+            partial += record.body
+            continue
+        if pending and is_continuation_note(record):
+            pending.append(("user", record.body))
+            continue
+        if record.kind == "reply" and record.attr("continued") == "true" and \
+                record.attr("valid", "true") != "false":
+            for role, text in pending:
+                _add(messages, role, text)
+        pending, whole_partial, partial = [], partial, ""
         if record.kind == "reply":
             if record.attr("valid", "true") == "false":
                 continue
             text = reply_text_as_run(record)
-            if record.attr("continued") == "true" and partial and text.startswith(partial):
+            if record.attr("continued") == "true" and whole_partial and text.startswith(whole_partial):
                 # The model wrote only the rest; its partial replies are already above.
-                text = text[len(partial):]
-            partial = partial + record.body if record.attr("valid") == "partial" else ""
-            role, text = "assistant", text.rstrip()
+                text = text[len(whole_partial):]
+            _add(messages, "assistant", text.rstrip())
         else:
-            role, text = "user", render_user_record(record)
-        if not text:
-            continue
-        if messages and messages[-1][0] == role:
-            messages[-1][1].append(text)
-        else:
-            messages.append((role, [text]))
+            _add(messages, "user", render_user_record(record))
+    for role, text in pending:  # a continuation in progress: this request asks for the rest
+        _add(messages, role, text)
     if messages and messages[0][0] != "user":
         messages.insert(0, ("user", ["(conversation start)"]))
     return messages

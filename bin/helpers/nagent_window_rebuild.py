@@ -26,11 +26,11 @@ from dataclasses import dataclass
 
 from nagent_config import config_number
 from nagent_conversation import encode_record
+from nagent_run_records import is_failure_marker, is_user_prompt
 
 SENT_KINDS = ("prompt", "reply", "result", "system", "interrupt", "note")
 EXIT_RE = re.compile(r"^exit_code: (\S+)", re.M)
 POINTER_BYTES = 260      # about the size of a pointer, for the tail budget
-FAILED_RUN = "failed"    # the `run` attribute of the record marking a failed run (nagent_loop)
 
 
 @dataclass(frozen=True)
@@ -96,9 +96,7 @@ def side_file_path(side_dir, previous_window, record):
 def carried_before_tail(record):
     """The new window keeps what the user wrote (prompts, hand-typed notes) and the markers of
     failed runs, so a failed prompt never reads as part of the next one."""
-    if record.kind == "prompt":
-        return record.attr("source") != "next"
-    return record.kind == "note" or (record.kind == "system" and record.attr("run") == FAILED_RUN)
+    return is_user_prompt(record) or record.kind == "note" or is_failure_marker(record)
 
 
 def rebuild_records(records, checkpoint_text, previous_window, window, settings_w, side_dir):

@@ -1,0 +1,53 @@
+"""What the loop's own bookkeeping records mean, in one place for the loop, the request
+builder and the window rebuild: failed-run markers and output-limit continuation notes.
+
+Data contract (records are nagent_conversation.Record):
+- A failed run is marked by a "system" record with attribute run="failed", appended when the
+  run fails (provider error, protocol failure, any other error after its prompt was written);
+  its body is a <system> note the model reads between the failed prompt and the next one. An
+  "interrupt" record (Ctrl-C, an exit signal) marks a run the same way.
+- `failed_prompt(records)` is the prompt a `nagent --retry` re-runs: the last user prompt
+  (any source but "next") when its run is marked failed; else None.
+- A continuation note is a "system" record with continuation="true" (older files: the same
+  text without the attribute) between a reply cut by the output limit (valid="partial") and
+  the call that continues it.
+"""
+
+FAILED_RUN = "failed"
+CONTINUE_TEXT = ("<system>Your reply was cut off by the output limit. Continue exactly where it "
+                 "stopped, without repeating anything.</system>")
+CONTINUATION_ATTRS = {"continuation": "true"}
+_REASONS = {"provider": "the model provider returned an error",
+            "protocol": "the replies were not in the nagent tag protocol",
+            "input": "a file or conversation error", "refused": "a safety check refused it",
+            "limit": "a loop guard stopped it"}
+
+
+def failure_marker(kind):
+    """(body, attrs) of the record marking a failed run; `kind` is NagentError.kind."""
+    reason = _REASONS.get(kind, "an error")
+    return (f"<system>The run for the prompt above failed before it was answered ({reason}).</system>",
+            {"run": FAILED_RUN})
+
+
+def is_failure_marker(record):
+    return record.kind == "interrupt" or (record.kind == "system" and record.attr("run") == FAILED_RUN)
+
+
+def is_user_prompt(record):
+    return record.kind == "prompt" and record.attr("source") != "next"
+
+
+def failed_prompt(records):
+    last, failed = None, False
+    for record in records:
+        if is_user_prompt(record):
+            last, failed = record, False
+        elif last is not None and is_failure_marker(record):
+            failed = True
+    return last.body if failed else None
+
+
+def is_continuation_note(record):
+    return record.kind == "system" and (record.attr("continuation") == "true"
+                                        or record.body.startswith(CONTINUE_TEXT[:50]))
