@@ -61,6 +61,24 @@ class LlmTextTest(FakeVendorTestCase):
         self.assertEqual(len(body["messages"]), 1)
         self.assertEqual(body["messages"][0]["content"][0]["text"], "What is 2+2?")
 
+    def test_a_reply_cut_by_the_output_limit_is_reported(self):
+        self.write_file("q.txt", "Write a long essay.\n")
+        self.fake.reply("The essay begins and then", finish="length")
+        proc = self.run_tool("nagent-llm-text", "--file", "q.txt", "--provider", "google")
+        self.assertEqual((proc.returncode, proc.stdout), (0, "The essay begins and then\n"))
+        self.assertEqual([line for line in proc.stderr.splitlines() if line.strip()],
+                         ["warning: the reply was cut off by the output limit (max_output_tokens); "
+                          "it is incomplete"])
+        self.fake.reply("The essay begins and then", finish="length")
+        data = json.loads(self.run_tool("nagent-llm-text", "--file", "q.txt", "--json",
+                                        "--provider", "google").stdout)
+        self.assertIs(data["truncated"], True)
+        self.assertEqual(data["finish_reason"], "length")
+        self.fake.reply("Short and whole.")
+        data = json.loads(self.run_tool("nagent-llm-text", "--file", "q.txt", "--json",
+                                        "--provider", "google").stdout)
+        self.assertIs(data["truncated"], False)
+
     def test_errors_are_one_line_with_exit_codes(self):
         proc = self.run_tool("nagent-llm-text", "--file", "missing.txt")
         self.assertCleanError(proc, 6, "file not found")

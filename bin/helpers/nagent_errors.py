@@ -18,6 +18,7 @@ EXIT_CODES = {
     "protocol": 8,       # the model kept replying outside the tag protocol
     "limit": 9,          # a loop guard stopped the run (call cap, repeated action)
     "refused": 10,       # a safety check refused (hash mismatch, write boundary)
+    "incomplete": 11,    # a result was produced but is incomplete (a reply cut by the output limit)
     "interrupted": 130,  # Ctrl-C / SIGINT
 }
 

@@ -12,6 +12,9 @@ Data contract:
   removed afterwards) into ~SUMMARY_TARGET_BYTES segments, one call per segment, then combined:
   one call when the segment summaries fit the inline limit, else in batches, repeatedly. An
   empty file makes no call. Non-UTF-8 input is an InputError (from the split library).
+- `provider_text_callable(overrides)` -> (callable, usage): usage counts calls, tokens and
+  `truncated_calls` (replies cut off by the output limit: the summary is then incomplete;
+  `truncation_warning(usage)` is the line to say so).
 - `segment_summarizer(summarize_text, source_name)` adapts a prompt callable to the
   `(segment_text, segment_meta) -> str` callable `split_file(..., summarize=...)` takes.
 """
@@ -118,7 +121,7 @@ def provider_text_callable(overrides, environ=None):
     settings = resolve_settings(overrides, environ)
     api_key_for(settings)  # a missing key fails now, not after the file was split
     usage = {"provider": settings.provider.name, "model": settings.model, "calls": 0,
-             "input_tokens": 0, "output_tokens": 0}
+             "input_tokens": 0, "output_tokens": 0, "truncated_calls": 0}
 
     def call(prompt):
         result = nagent_llm.generate_text(prompt, settings)
@@ -126,5 +129,15 @@ def provider_text_callable(overrides, environ=None):
         usage["calls"] += 1
         usage["input_tokens"] += result.input_tokens
         usage["output_tokens"] += result.output_tokens
+        usage["truncated_calls"] += result.finish_reason == "length"
         return result.text
     return call, usage
+
+
+def truncation_warning(usage):
+    """The stderr line for a summary some of whose model replies were cut off, or None."""
+    cut = usage.get("truncated_calls", 0)
+    if not cut:
+        return None
+    return (f"warning: {cut} of {usage['calls']} model replies {'was' if cut == 1 else 'were'} cut "
+            "off by the output limit (max_output_tokens); the summary is incomplete")
