@@ -258,12 +258,14 @@ class RebuildRecordsTest(HermeticTestCase):
     def test_hand_typed_notes_before_the_tail_are_carried_like_prompts(self):
         old = sample_window()
         note = rec(0, "note", "My note typed by hand: the CI box is slow, use -j2.")
-        records = old[:4] + [note] + old[4:]
+        marker = rec(90, "system", "<system>The run for the prompt above failed.</system>", run="failed")
+        records = old[:4] + [note, marker] + old[4:]
         new_records, _ = self.rebuild(records)
         kinds = [(kind, body) for kind, body, _ in new_records]
         self.assertEqual(kinds.count(("note", note.body)), 1)
         at = kinds.index(("note", note.body))
         self.assertEqual(kinds[at - 1], ("prompt", "Fix the build.\n  Keep  this   spacing."))
+        self.assertEqual(new_records[at + 1], ("system", marker.body, {"run": "failed", "carried": "true"}))
         self.assertEqual(new_records[at][2].get("carried"), "true")  # before the tail, not in it
         data = rb.encode_window(new_records, NOW)
         from nagent_conversation import parse_records
