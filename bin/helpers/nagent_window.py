@@ -69,7 +69,9 @@ def maybe_checkpoint(run, now, every_bytes, size):
         _, meta = checkpoints.read_checkpoint(run.session.path)
     if meta and meta.get("window", 0) != window:
         meta = None
-    if checkpoints.checkpoint_due(size, meta, every_bytes, rejected_at(records, window)):
+    # The scan for a rejected attempt runs only when a checkpoint would otherwise be due.
+    if checkpoints.checkpoint_due(size, meta, every_bytes) and \
+            checkpoints.checkpoint_due(size, meta, every_bytes, rejected_at(records, window)):
         refresh_checkpoint(run, now)
         return True
     return False
