@@ -106,6 +106,19 @@ class ContinuationTest(NagentRunCase):
         self.assertEqual(records[-1].attr("run"), "failed")
         self.assertEqual(sum("cut off by the output limit" in s for s in systems), 3)
 
+    def test_no_checkpoint_call_while_the_model_is_failing(self):
+        self.write_config(dict(self.CONFIG, checkpoint_every_bytes=1))
+        calls = []
+
+        def script(record):
+            checkpoint = b"<previous_checkpoint>" in record["body"]
+            calls.append("checkpoint" if checkpoint else "loop")
+            return "## Goal\ng\n## Decisions\n## Current state\n## Next steps\n## Open questions\n" \
+                if checkpoint else PROSE
+        self.fake.reply_fn(script)
+        self.assertOneError(self.nagent("prose again"), 8)
+        self.assertEqual(calls, ["checkpoint"] + ["loop"] * 4)
+
     def test_partial_parts_of_an_invalid_reply_are_never_sent_back(self):
         self.fake.reply("<nagent-shell>echo part-one", finish="length")
         self.fake.reply(" part-two</nagent-shell>\nand then some prose the parser rejects")

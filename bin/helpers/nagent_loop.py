@@ -252,7 +252,7 @@ def _loop(run, prompt, source):
     with Spinner("waiting for model") as spinner:
         while True:
             try:
-                maybe_compact(run, utc_now())
+                maybe_compact(run, utc_now(), checkpoint=streak_calls == 0)
                 reply = next_reply(run, spinner, limits.max_format_retries + 1 - streak_calls)
             except LimitError as error:
                 return final_summary(run, spinner, error)

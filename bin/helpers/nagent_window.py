@@ -119,15 +119,18 @@ def rebuild_window(run, now, reason="size"):
             "side_files": [p for p, _ in side_files], "bytes_before": len(old), "bytes_after": size}
 
 
-def maybe_compact(run, now):
-    """Between turns: refresh the checkpoint when due; rebuild when the window is too big."""
+def maybe_compact(run, now, checkpoint=True):
+    """Between turns: refresh the checkpoint when due (and `checkpoint`: the loop says False
+    while the model is failing, so a failing run costs no extra call); rebuild when the window
+    is too big."""
     w = window_settings(run.session.settings)
     try:
         size = os.path.getsize(run.session.path)
         if w.window_max_bytes > 0 and size > w.window_max_bytes and \
                 window_growth(run.writer.records(), size) >= w.window_max_bytes // 4:
             return rebuild_window(run, now)
-        maybe_checkpoint(run, now, w.checkpoint_every_bytes, size)
+        if checkpoint:
+            maybe_checkpoint(run, now, w.checkpoint_every_bytes, size)
     except OSError as error:
         raise io_error(run.session.path, error) from None
     return None
