@@ -21,15 +21,18 @@ Data contract:
   by the output limit may be continued only then, or when valid).
 - Exact consecutive duplicate actions collapse into one; duplicates_dropped counts them.
 - Scanning is str.find/anchored-match driven, so time is linear in the reply length.
-- The other functions are pure string helpers: kept_reply, trim_partial_tag, correction_text,
-  clean_user_output, grammar_text; escape_attr/unescape_attr and result_block come from
-  nagent_protocol_blocks and stay importable from here.
+- Helpers importable from here: grammar_text; from nagent_protocol_blocks (what the driver
+  writes) STOP_SEQUENCES, stop_block, correction_text, escape_attr/unescape_attr, result_block;
+  from nagent_protocol_text (reply text) kept_reply, trim_partial_tag, clean_user_output.
 """
 import re
 from dataclasses import dataclass
 
 from nagent_protocol_blocks import ATTR_NAME as _ATTR_NAME
-from nagent_protocol_blocks import escape_attr, result_block, unescape_attr  # noqa: F401
+from nagent_protocol_blocks import (STOP_SEQUENCES, correction_text, escape_attr,  # noqa: F401
+                                    result_block, stop_block, unescape_attr)
+from nagent_protocol_text import (FENCE_OPEN, clean_user_output, drop_leading_newline,  # noqa: F401
+                                  drop_trailing_newline, kept_reply, trim_partial_tag)
 
 ACTION_TAGS = ("response", "read", "file-read", "file-patch", "write", "shell", "next", "agent")
 RESULT_TAGS = ("read-result", "file-read-result", "file-patch-result", "write-result",
@@ -37,11 +40,6 @@ RESULT_TAGS = ("read-result", "file-read-result", "file-patch-result", "write-re
 # Every attribute a tag takes is required; tags not listed take none.
 TAG_ATTRS = {"read": ("path",), "file-read": ("path",), "file-patch": ("index",), "write": ("path",)}
 SELF_CLOSING = ("read", "file-read", "file-patch")
-# Most common first: a provider takes only its first few (OpenAI chat 4, Gemini 5, Anthropic 8).
-STOP_SEQUENCES = ("\n<nagent-shell-result", "\n<system>", "\n<nagent-read-result", "\n  <system>",
-                  "\n<nagent-write-result", "\n    <system>", "\n<nagent-file-read-result",
-                  "\n\t<system>", "\n<nagent-agent-result", "\n<nagent-file-patch-result",
-                  "\n  <nagent-shell-result", "\n    <nagent-shell-result")
 NEWLINE_TRIMMED = ("response", "shell", "next", "agent")
 NEEDS_BODY = ("shell", "next", "agent")
 THINKING_TAGS = ("think", "thinking")
@@ -56,9 +54,7 @@ _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.:-]*")
 _BODY_OPEN = re.compile(r"<nagent-(response|write|shell|next|agent)(?=[\s>/]|\Z)")
 # The common shape (no attribute or one plain double-quoted one) skips the general loop.
 _OPEN_FAST = re.compile(r'(?:[ \t]+([A-Za-z_][A-Za-z0-9_.:-]*)="([^"&\n]*)")?[ \t]*(/?)>')
-_FENCE_OPEN = re.compile(r"(`{3,})([A-Za-z0-9_.+#-]*)[ \t\r]*(?:\n|\Z)")
 _FENCE_CLOSE = re.compile(r"`{3,}[ \t\r]*(?:\n|\Z)")
-_FENCE_LINE = re.compile(r"^ {0,3}(`{3,})[ \t\r]*$", re.M)
 _STUTTER_MAX = 65536  # stutters are short tags; don't copy huge bodies just to compare them
 # Fast path for the commonest tags (no attributes, trimmed body); anything unusual re-parses slowly.
 # Group 1 is the opening tag, 2 its kind, 3 the body minus its leading newline. A body without
@@ -148,18 +144,6 @@ def _snippet(text, pos, limit=40):
     if len(piece) > limit:
         piece = piece[:limit] + "…"
     return "".join(ch if ch.isprintable() else " " for ch in piece)
-
-
-def _drop_leading_newline(body):
-    if body.startswith("\r\n"):
-        return body[2:]
-    return body[1:] if body.startswith("\n") else body
-
-
-def _drop_trailing_newline(body):
-    if body.endswith("\r\n"):
-        return body[:-2]
-    return body[:-1] if body.endswith("\n") else body
 
 
 def _outside(text, pos):
@@ -300,9 +284,9 @@ def _action(text, tag_at, kind, pos):
         raise _Truncated(f"unclosed <nagent-{kind}> opened at line {_line(text, tag_at)}.")
     body = text[tag_end:end]
     if kind in NEWLINE_TRIMMED:
-        body = _drop_trailing_newline(_drop_leading_newline(body))
+        body = drop_trailing_newline(drop_leading_newline(body))
     else:
-        body = _drop_leading_newline(body)
+        body = drop_leading_newline(body)
     if kind in NEEDS_BODY:
         again = _find_open(text, f"<nagent-{kind}", tag_end, end)
         if again >= 0:
@@ -369,7 +353,7 @@ def _fence(text, pos, actions, fence):
     if text[line_start:pos].strip(" \t\r\ufeff"):
         raise _outside(text, pos)
     if fence[0] is None and not actions:
-        match = _FENCE_OPEN.match(text, pos)
+        match = FENCE_OPEN.match(text, pos)
         if match:
             fence[0], fence[1] = "open", pos
             return match.end()
@@ -478,73 +462,6 @@ def parse_response(text, stopped_at=None):
         return Parse(error=detail, cut_at=cut_at, cut_tag=cut_tag)
     actions, dropped = _collapse(actions)
     return Parse(tuple(actions), None, cut_at, cut_tag, dropped + repeats)
-
-
-def stop_block(stop_sequence):
-    """The driver block a stop sequence starts ("\\n  <system>" -> "system"), "" if unknown."""
-    name = (stop_sequence or "").strip().lstrip("<").rstrip(">")
-    return name if stop_sequence in STOP_SEQUENCES else ""
-
-
-def trim_partial_tag(text):
-    """Drop a trailing unfinished "<nagent-…" / "</nagent-…" fragment (no closing '>')."""
-    at = text.rfind("<")
-    if at < 0:
-        return text
-    fragment = text[at:]
-    if ">" in fragment:
-        return text
-    for opener in ("<nagent-", "</nagent-"):
-        if fragment.startswith(opener) or opener.startswith(fragment):
-            return text[:at]
-    return text
-
-
-def kept_reply(text, parse):
-    """The part of the reply that stays in the conversation: everything before a cut."""
-    if parse.cut_at is None:
-        return text
-    return trim_partial_tag(text[:parse.cut_at])
-
-
-def correction_text(detail):
-    return (f"<system>Invalid nagent response format: {detail} "
-            "Respond only with valid nagent tags.</system>")
-
-
-def _unfence(text):
-    """Inner text of one markdown fence wrapping all of `text`, or None."""
-    stripped = text.strip()
-    match = _FENCE_OPEN.match(stripped)
-    if not match or not match.group(0).endswith("\n"):
-        return None
-    ticks = len(match.group(1))
-    for line in _FENCE_LINE.finditer(stripped, match.end()):
-        if len(line.group(1)) >= ticks:
-            if line.end() != len(stripped):
-                return None
-            return _drop_trailing_newline(stripped[match.end():line.start()])
-    return None
-
-
-def _unwrap(text):
-    """Body of one <nagent-response> wrapping all of `text`, or None."""
-    opener, closer = "<nagent-response>", "</nagent-response>"
-    stripped = text.strip()
-    if not (stripped.startswith(opener) and stripped.endswith(closer)) or \
-            stripped.find(closer, len(opener)) != len(stripped) - len(closer):
-        return None
-    return _drop_trailing_newline(_drop_leading_newline(stripped[len(opener):-len(closer)]))
-
-
-def clean_user_output(text):
-    """Strip a whole-reply <nagent-response> wrapper and/or one surrounding markdown fence."""
-    unwrapped = _unwrap(text)
-    unfenced = _unfence(text if unwrapped is None else unwrapped)
-    if unfenced is None:
-        return text if unwrapped is None else unwrapped
-    inner = _unwrap(unfenced) if unwrapped is None else None
-    return unfenced if inner is None else inner
 
 
 def grammar_text():

@@ -8,6 +8,10 @@ Data contract:
   order, values escaped; the newline before the end tag is added only when `body` is non-empty
   and lacks one). A tag outside [a-z][a-z0-9-]* or an attribute name outside ATTR_NAME is a
   ValueError: the callers are code, not model output.
+- `STOP_SEQUENCES`: those blocks at a line start (plain and indented <system>), most common
+  first; `stop_block(stop)` names the block a stop sequence starts ("" if not one of them).
+  The parser (nagent_protocol) cuts a reply at each of them.
+- `correction_text(detail)` is the <system> format correction.
 """
 import re
 
@@ -15,6 +19,11 @@ ATTR_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.:-]*")
 _ENTITY = re.compile(r"&(#[0-9]{1,7}|#[xX][0-9A-Fa-f]{1,6}|quot|amp|lt|gt|apos);")
 _NAMED_ENTITIES = {"quot": '"', "amp": "&", "lt": "<", "gt": ">", "apos": "'"}
 _BLOCK_NAME = re.compile(r"[a-z][a-z0-9-]*")
+# Most common first: a provider takes only its first few (OpenAI chat 4, Gemini 5, Anthropic 8).
+STOP_SEQUENCES = ("\n<nagent-shell-result", "\n<system>", "\n<nagent-read-result", "\n  <system>",
+                  "\n<nagent-write-result", "\n    <system>", "\n<nagent-file-read-result",
+                  "\n\t<system>", "\n<nagent-agent-result", "\n<nagent-file-patch-result",
+                  "\n  <nagent-shell-result", "\n    <nagent-shell-result")
 
 
 def escape_attr(value):
@@ -47,3 +56,14 @@ def result_block(tag, body, attrs=None):
         parts.append(f' {name}="{escape_attr(str(value))}"')
     newline = "" if body == "" or body.endswith("\n") else "\n"
     return f"<{tag}{''.join(parts)}>\n{body}{newline}</{tag}>"
+
+
+def stop_block(stop_sequence):
+    """The driver block a stop sequence starts ("\\n  <system>" -> "system"), "" if unknown."""
+    name = (stop_sequence or "").strip().lstrip("<").rstrip(">")
+    return name if stop_sequence in STOP_SEQUENCES else ""
+
+
+def correction_text(detail):
+    return (f"<system>Invalid nagent response format: {detail} "
+            "Respond only with valid nagent tags.</system>")
