@@ -3,7 +3,8 @@
 Data contract: `HermeticTestCase` gives each test a temp dir (`self.tmp`), a temp HOME
 (`self.home`), a temp cwd (`self.cwd`, also the process cwd during the test), an
 environment dict (`self.env`) with every provider key variable and base URL removed,
-`NAGENT_CONFIG` pointing at `self.config_path` (absent until `write_config` is called),
+`NAGENT_CONFIG` pointing at `self.config_path` (an empty "{}" until `write_config` replaces it:
+a NAGENT_CONFIG naming a missing file is an error),
 `NAGENT_NO_SPINNER=1`, and `TMPDIR` inside the temp dir. `run_tool(name, *args, input=...)`
 runs a real bin/ executable as a subprocess with that environment and returns a
 CompletedProcess with text stdout/stderr. In-process code under test should receive
@@ -56,6 +57,7 @@ class HermeticTestCase(unittest.TestCase):
         for path in (self.home, self.cwd, self.tmpdir):
             os.makedirs(path)
         self.config_path = os.path.join(self.tmp, "config.json")
+        self.write_config({})
         env = clean_environ()
         env.update(HOME=self.home, NAGENT_CONFIG=self.config_path, NAGENT_NO_SPINNER="1",
                    TMPDIR=self.tmpdir, PYTHONDONTWRITEBYTECODE="1")

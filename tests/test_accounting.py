@@ -5,6 +5,8 @@ from base import HermeticTestCase
 
 from nagent_accounting import (PRICES, TokenStats, add_child, add_result, call_cost, price_for,
                                status_line)
+from nagent_config import resolve_settings
+from nagent_errors import ConfigError
 from nagent_llm import Result
 
 
@@ -54,20 +56,26 @@ class PriceTest(HermeticTestCase):
         self.assertNotIn("$", status_line(later))
 
     def test_config_overrides_and_defaults_for_cache_prices(self):
-        config = {"prices": {"corp-large": {"input": 1.0, "output": 4.0, "cache_read": 0.1,
-                                            "cache_write": 1.25},
-                             "plain": {"input": 2, "output": 8},
-                             "claude-sonnet-4-6": {"input": 1, "output": 1, "cache_read": 1,
-                                                   "cache_write": 1},
-                             "broken": {"input": "cheap"}}}
-        self.assertEqual(price_for("corp-large", config), (1.0, 4.0, 0.1, 1.25))
+        self.write_config({"prices": {"corp-large": {"input": 1.0, "output": 4.0, "cache_read": 0.1,
+                                                     "cache_write": 1.25},
+                                      "plain": {"input": 2, "output": 8},
+                                      "claude-sonnet-4-6": {"input": 1, "output": 1, "cache_read": 1,
+                                                            "cache_write": 1}}})
+        prices = resolve_settings({}, self.env).prices
+        self.assertEqual(price_for("corp-large", prices), (1.0, 4.0, 0.1, 1.25))
         # Without cache prices, cached tokens cost what input costs (never a guessed discount).
-        self.assertEqual(price_for("plain", config), (2.0, 8.0, 2.0, 2.0))
-        self.assertEqual(price_for("claude-sonnet-4-6", config), (1.0, 1.0, 1.0, 1.0))
-        self.assertIsNone(price_for("broken", config))
+        self.assertEqual(price_for("plain", prices), (2.0, 8.0, 2.0, 2.0))
+        self.assertEqual(price_for("claude-sonnet-4-6", prices), (1.0, 1.0, 1.0, 1.0))
         cost = call_cost(result("corp-large", input_tokens=2_000_000, output_tokens=1_000_000,
-                                read=1_000_000, write=500_000), config)
+                                read=1_000_000, write=500_000), prices)
         self.assertAlmostEqual(cost, 0.5 + 4.0 + 0.1 + 0.625, places=9)
+
+    def test_a_broken_price_is_a_config_error_naming_the_key(self):
+        self.write_config({"prices": {"broken": {"input": "cheap", "output": 1}}})
+        with self.assertRaises(ConfigError) as caught:
+            resolve_settings({}, self.env)
+        self.assertIn("prices.broken.input must be a number >= 0", caught.exception.line())
+        self.assertIn(self.config_path, caught.exception.line())
 
 
 class TotalsTest(HermeticTestCase):

@@ -150,7 +150,7 @@ EDIT_ATTEMPTS = [
      "a hard link to the target is another name: refused while the link exists"),
     ("proc-cwd", "write", "/proc/self/cwd/src/other.py", "refused", "/proc cwd link to a sibling"),
     ("home", "write", "{H}/.bashrc", "refused", "HOME is not the target"),
-    ("file-index", "write", "{H}/.nagent/conversations/file-index-4242.json", "refused",
+    ("file-index", "write", "{H}/.nagent/file-edits/index-4242.json", "refused",
      "the per-file edit index"),
     ("segment-index-json", "write", "{P}/split-app/index.json", "refused",
      "the index of the target's split is never a segment"),
@@ -203,7 +203,8 @@ TMPDIR_ATTEMPTS = [
 ]
 
 RACE_WRITES = 40
-NAGENT_STATE = ("home/.nagent/conversations/", "home/.nagent/cache")  # nagent's own files
+# nagent's own files
+NAGENT_STATE = ("home/.nagent/conversations/", "home/.nagent/cache", "home/.nagent/file-edits")
 ROOT_LEVEL = ("/TMP", "/tm\u0440", "/\uff54\uff4d\uff50", "/nonexistent-nagent-tmpdir")
 _RESULT = re.compile(r'<nagent-(write|file-patch)-result (path|index)="([^"]*)" status="(\w+)">\n(.*)',
                      re.S)

@@ -135,7 +135,7 @@ class Zygote:
         self.reader.start()
         with FakeVendor() as fake:
             fake.reply_fn(lambda record: "<nagent-response>warm</nagent-response>")
-            env = dict(clean_environ(), HOME=root, NAGENT_CONFIG=os.path.join(root, "none.json"),
+            env = dict(clean_environ(), HOME=root,
                        NAGENT_NO_SPINNER="1", **fake.env())
             self.send({"op": "warm", "script": NAGENT, "args": ["warm up"], "env": env, "cwd": root})
             try:

@@ -123,9 +123,10 @@ class TornTailTest(HermeticTestCase):
         for cut in range(len(self.last) + 1):
             with open(self.path, "wb") as handle:
                 handle.write(self.prefix + self.last[:cut])
-            for name in os.listdir(os.path.dirname(self.path)):
-                if ".torn-" in name:
-                    os.unlink(os.path.join(os.path.dirname(self.path), name))
+            state = self.path + ".d"
+            for name in os.listdir(state) if os.path.isdir(state) else ():
+                if name.startswith("torn-"):
+                    os.unlink(os.path.join(state, name))
             with ConversationWriter(self.path) as writer:
                 complete = cut >= len(self.last) - 1
                 if complete or cut == 0:
@@ -133,7 +134,9 @@ class TornTailTest(HermeticTestCase):
                 else:
                     self.assertEqual(slurp(writer.torn), self.last[:cut], cut)
                     self.assertEqual(writer.torn_size, cut)
-                    self.assertTrue(os.path.basename(writer.torn).startswith("c.torn-"))
+                    # Torn tails live in the conversation's own state dir, out of a name's reach.
+                    self.assertEqual(os.path.dirname(writer.torn), state)
+                    self.assertTrue(os.path.basename(writer.torn).startswith("torn-"))
                     self.assertEqual(slurp(self.path), self.prefix)
                 self.assertEqual(writer.next_seq, 4 if complete else 3)
                 record = writer.append("system", "recovered")
@@ -157,9 +160,9 @@ class TornTailTest(HermeticTestCase):
                 writer.append("prompt", "again")
             self.assertEqual([r.body for r in read_records(os.path.join(self.cwd, "t"))],
                              ["again"])
-            for name in os.listdir(self.cwd):
-                if ".torn-" in name:
-                    os.unlink(os.path.join(self.cwd, name))
+            for name in os.listdir(os.path.join(self.cwd, "t.d")):
+                if name.startswith("torn-"):
+                    os.unlink(os.path.join(self.cwd, "t.d", name))
 
     def test_note_without_final_newline_is_kept(self):
         path = self.write_file("n", "")

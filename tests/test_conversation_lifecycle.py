@@ -51,24 +51,28 @@ class PathsTest(HermeticTestCase):
         folder = life.conversations_dir(self.env)
         self.assertEqual(life.default_conversation_path(self.env, pid="42", hostname="box"),
                          os.path.join(folder, "latest-box-42"))
-        self.assertEqual(life.default_conversation_path(self.env, pid="a/b", hostname="my/box"),
-                         os.path.join(folder, "latest-my_box-a_b"))
+        self.assertEqual(life.default_conversation_path(self.env, pid="a.b", hostname="my/box"),
+                         os.path.join(folder, "latest-my_box-a.b"))
         self.assertEqual(life.default_conversation_path(dict(self.env, BASHPID="7"),
                                                         hostname="h"),
                          os.path.join(folder, "latest-h-7"))
         self.assertTrue(os.path.basename(life.default_conversation_path(self.env))
                         .startswith("latest-"))
-        for bad in ("", "..", "-"):
-            with self.assertRaises(UsageError):
+        # One pid rule: a pid the user gives is checked, never silently rewritten.
+        for bad in ("", "..", "-", "a/b", ".x", "x" * 65):
+            with self.assertRaises(UsageError, msg=bad):
                 life.default_conversation_path(self.env, pid=bad)
 
     def test_validate_name(self):
-        for good in ("saved-copy", "a", "x" * 200, "Notes_2026.11", "ü-name"):
+        # Names that were nagent's own files under the old layout are plain names now: nagent
+        # keeps a conversation's state in NAME.d/, which no name can reach.
+        for good in ("saved-copy", "a", "x" * 200, "Notes_2026.11", "c.lock", "c.torn-1",
+                     "foo.checkpoint.md", "file-index-555.json", "_x"):
             self.assertEqual(life.validate_name(good), good)
             self.assertEqual(life.conversation_path(good, self.env),
                              os.path.join(life.conversations_dir(self.env), good))
         for bad in ("", "/", "..", ".", "/abs", "a/b", "a\0b", ".hidden", "-flag", "x" * 201,
-                    "tab\tname", "c.lock", "c.d", "c.torn-1", None):
+                    "tab\tname", "c.d", "archive", "ü-name", "a b", None):
             with self.assertRaises(UsageError, msg=repr(bad)) as caught:
                 life.validate_name(bad)
             self.assertTrue(caught.exception.line().startswith("Error: invalid conversation name"))
@@ -97,12 +101,12 @@ class LifecycleTest(HermeticTestCase):
     def test_archive(self):
         self.assertIsNone(life.archive(self.current))
         data = self.make(self.current)
-        os.makedirs(self.current + ".d")
+        side = life.write_side_file(self.current, "out", b"quoted by path")
         first = life.archive(self.current)
         self.assertFalse(os.path.exists(self.current))
         self.assertEqual(slurp(first), data)
         self.assertRegex(os.path.basename(first), r"^latest-h-1-\d{8}T\d{6}Z$")
-        self.assertTrue(os.path.isdir(self.current + ".d"))  # side files stay put
+        self.assertEqual(slurp(side), b"quoted by path")  # side files stay put
         self.make(self.current)
         second = life.archive(self.current)
         self.assertNotEqual(first, second)
@@ -137,17 +141,18 @@ class LifecycleTest(HermeticTestCase):
         with open(self.current, "ab") as handle:
             handle.write(encode_record(99, "reply", "torn")[:25])
         os.chmod(self.current, 0o640)
-        saved = life.save_as(self.current, "saved-copy", environ=self.env)
-        self.assertEqual(saved, os.path.join(self.folder, "saved-copy"))
+        saved, archived = life.save_as(self.current, "saved-copy", environ=self.env)
+        self.assertEqual((saved, archived), (os.path.join(self.folder, "saved-copy"), None))
         self.assertEqual(slurp(saved), data)  # the torn tail is left out
         self.assertEqual(os.stat(saved).st_mode & 0o777, 0o640)
         with self.assertRaises(RefusedError):
             life.save_as(self.current, "saved-copy", environ=self.env)
         os.unlink(self.current)
         self.make(self.current, turns=1)
-        life.save_as(self.current, "saved-copy", overwrite=True, environ=self.env)
+        _, archived = life.save_as(self.current, "saved-copy", overwrite=True, environ=self.env)
         self.assertEqual(len(read_records(saved)), 4)
-        self.assertEqual(len(self.archived()), 1)  # the overwritten copy was archived
+        self.assertEqual(self.archived(), [os.path.basename(archived)])  # the old copy is kept
+        self.assertEqual(slurp(archived), data)
         with self.assertRaises(RefusedError):
             life.save_as(saved, "saved-copy", overwrite=True, environ=self.env)
         with ConversationWriter(saved):
@@ -163,10 +168,11 @@ class LifecycleTest(HermeticTestCase):
     def test_load(self):
         saved_data = self.make(os.path.join(self.folder, "keep"), turns=1, prompt="saved")
         current_data = self.make(self.current)
-        self.assertEqual(life.load("keep", self.current, environ=self.env), self.current)
+        archived_path = life.load("keep", self.current, environ=self.env)
         self.assertEqual(slurp(self.current), saved_data)
         self.assertEqual(slurp(os.path.join(self.folder, "keep")), saved_data)
         (archived,) = self.archived()
+        self.assertEqual(os.path.basename(archived_path), archived)
         self.assertEqual(slurp(os.path.join(self.folder, "archive", archived)), current_data)
         with ConversationWriter(self.current) as writer:  # the loaded copy continues normally
             self.assertEqual(writer.next_seq, 5)
@@ -198,8 +204,9 @@ class LifecycleTest(HermeticTestCase):
         expected = {1: ["ctx", "p1", "r1", "res1"], 2: ["ctx", "p1", "r1", "res1", "r2",
                                                         "correction"],
                     3: [r.body for r in original], None: [r.body for r in original]}
-        for turn, bodies in expected.items():
-            self.assertEqual(life.branch(source, target, turn), target)
+        for number, (turn, bodies) in enumerate(expected.items()):
+            archived = life.branch(source, target, turn)
+            self.assertEqual(archived is None, number == 0)
             records = read_records(target)
             self.assertEqual([r.body for r in records], bodies, turn)
             numbered = [r for r in records if r.kind != "note"]
@@ -222,7 +229,7 @@ class LifecycleTest(HermeticTestCase):
         long_prompt = "word   " * 30
         self.make(self.current, prompt=long_prompt)
         self.make(os.path.join(self.folder, "saved-one"), prompt="short\nprompt")
-        self.write_file(os.path.join(self.folder, "empty"), "")
+        self.write_file(os.path.join(self.folder, "empty"), "")  # nothing to list
         self.make(os.path.join(self.folder, "old"), turns=1)
         life.archive(os.path.join(self.folder, "old"))
         big = os.path.join(self.folder, "big")
@@ -237,13 +244,12 @@ class LifecycleTest(HermeticTestCase):
         os.makedirs(os.path.join(self.folder, "x.d"))
         entries = life.list_conversations(self.env)
         by_name = {entry["name"]: entry for entry in entries}
-        self.assertEqual(sorted(by_name), sorted(["latest-h-1", "saved-one", "empty", "big",
+        self.assertEqual(sorted(by_name), sorted(["latest-h-1", "saved-one", "big",
                                                   "huge-prompt", self.archived()[0]]))
         self.assertEqual([entry["kind"] for entry in entries],
-                         ["latest"] + ["saved"] * 4 + ["archived"])
+                         ["latest"] + ["saved"] * 3 + ["archived"])
         self.assertEqual(by_name["latest-h-1"]["first_prompt"], ("word " * 30)[:80])
         self.assertEqual(by_name["saved-one"]["first_prompt"], "short prompt 1")
-        self.assertEqual(by_name["empty"]["first_prompt"], "")
         self.assertEqual(by_name["big"]["first_prompt"], "")
         self.assertEqual(by_name["huge-prompt"]["first_prompt"],
                          ("head of a long prompt " + "z" * 80)[:80])
@@ -254,7 +260,7 @@ class LifecycleTest(HermeticTestCase):
 
     def test_side_files(self):
         folder = life.side_dir(self.current)
-        self.assertEqual(folder, self.current + ".d")
+        self.assertEqual(folder, os.path.join(self.current + ".d", "side"))
         self.assertTrue(os.path.isdir(folder))
         first = life.write_side_file(self.current, "read-result-3", b"one")
         second = life.write_side_file(self.current, "read-result-3", "two")

@@ -294,7 +294,7 @@ class Worker:
         records, torn = nagent_conversation.parse_records(data)
         case.assertEqual(torn, b"", where)
         before = self.follow_before or b""
-        # A torn tail was cut away (kept in a .torn- file); every complete record stays.
+        # A torn tail was cut away (kept in NAME.d/torn-*); every complete record stays.
         kept = len(before) - len(nagent_conversation.parse_records(before)[1])
         case.assertTrue(data.startswith(before[:kept]), where)
         self.assertWhole(records, conv, where)

@@ -275,6 +275,7 @@ class EnvironmentTest(HostileCase):
             self.assertCleanError(proc, code=3)
             self.assertFalse(os.path.exists(self.path), raw)
         os.unlink(self.config_path)
+        del self.env["NAGENT_CONFIG"]   # a NAGENT_CONFIG naming a missing file is an error itself
         os.makedirs(os.path.join(self.home, ".nagent"), exist_ok=True)
         with open(os.path.join(self.home, ".nagent", "config.json"), "wb") as handle:
             handle.write(b'{"provider": "openai",')
@@ -319,14 +320,15 @@ class OddConversationTest(HostileCase):
                 self.assertEqual(prompts[-1], f"after {label}")
                 seqs = [r.seq for r in real]
                 self.assertEqual(seqs[-1], max(seqs))
+                state = self.path + ".d"  # torn tails are kept in the conversation's state dir
                 if torn:
-                    sides = [n for n in os.listdir(self.conversations) if ".torn-" in n]
+                    sides = [n for n in os.listdir(state) if n.startswith("torn-")]
                     self.assertEqual(len(sides), 1)
-                    self.assertEqual(self.read_bytes(os.path.join(self.conversations, sides[0])), torn)
+                    self.assertEqual(self.read_bytes(os.path.join(state, sides[0])), torn)
                     self.assertTrue(any("killed mid-write" in r.body for r in records if r.kind == "system"))
-                for name in os.listdir(self.conversations):
-                    if ".torn-" in name:
-                        os.unlink(os.path.join(self.conversations, name))
+                for name in os.listdir(state) if os.path.isdir(state) else ():
+                    if name.startswith("torn-"):
+                        os.unlink(os.path.join(state, name))
 
     def test_unparsable_header_is_a_clear_error_and_the_file_is_untouched(self):
         raw = self.prepare(nagent_conversation.encode_record(1, "prompt", "kept", {})

@@ -180,7 +180,7 @@ class FileEditCase(FakeVendorTestCase):
         return self.ok(self.tool("nagent", "--list-file-edits", "--json", "--pid", pid, inprocess=False))
 
     def index_path(self, pid=PID):
-        return os.path.join(self.home, ".nagent", "conversations", f"file-index-{pid}.json")
+        return os.path.join(self.home, ".nagent", "file-edits", f"index-{pid}.json")
 
 
 class EditSessionTests(FileEditCase):

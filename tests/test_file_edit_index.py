@@ -54,7 +54,7 @@ class FileIdTest(FileEditCase):
 class IndexPathAndLoadTest(FileEditCase):
     def test_index_path_under_home(self):
         self.assertEqual(self.index_path,
-                         os.path.join(self.home, ".nagent", "conversations", f"file-index-{PID}.json"))
+                         os.path.join(self.home, ".nagent", "file-edits", f"index-{PID}.json"))
         for bad in ("", "../x", "a/b", "..", "x" * 100, "1 2"):
             with self.assertRaises(UsageError):
                 fe.file_index_path(bad, self.env)

@@ -37,9 +37,10 @@ class ConversationIdentityTest(NagentRunCase):
         self.assertEqual((wrapped.returncode, wrapped.stdout), (0, "second answer\n"), wrapped.stderr)
         after = self.read_bytes(path)
         self.assertTrue(after.startswith(before))
-        torn_files = [n for n in os.listdir(self.conversations) if ".torn-" in n]
+        state = path + ".d"  # torn tails are kept in the conversation's own state dir
+        torn_files = [n for n in os.listdir(state) if n.startswith("torn-")]
         self.assertEqual(len(torn_files), 1)
-        self.assertEqual(self.read_bytes(os.path.join(self.conversations, torn_files[0])), torn)
+        self.assertEqual(self.read_bytes(os.path.join(state, torn_files[0])), torn)
         records = self.records(path)
         self.assertEqual([(r.attr("source"), r.body) for r in records if r.kind == "prompt"],
                          [("argv", "argv prompt"), ("stdin", "stdin prompt\n")])
@@ -224,6 +225,6 @@ class LifecycleCommandsTest(NagentRunCase):
     def test_list_file_edits_for_a_shell_without_sessions(self):
         data = self.json_of(self.nagent("--list-file-edits", "--json", "--pid", "9"))
         self.assertEqual((data["pid"], data["files"]), ("9", []))
-        self.assertTrue(data["index"].endswith("file-index-9.json"))
+        self.assertEqual(data["index"], os.path.join(self.home, ".nagent", "file-edits", "index-9.json"))
         text = self.nagent("--list-file-edits", "--pid", "9")
         self.assertEqual((text.returncode, text.stdout), (0, "no per-file edit sessions for this shell\n"))

@@ -24,13 +24,13 @@ class SettingsPrecedenceTest(HermeticTestCase):
         self.home_config({"provider": "anthropic", "read_timeout": 7})
         settings = resolve_settings({}, self.env)
         self.assertEqual((settings.provider.name, settings.model), ("anthropic", "claude-sonnet-4-6"))
-        self.assertEqual(settings.read_timeout, 7.0)
+        self.assertEqual(settings.timeouts.read, 7.0)
         self.write_config({"provider": "google", "model": "gemini-2.5-pro"})
         settings = resolve_settings({}, self.env)
         self.assertEqual((settings.provider.name, settings.model), ("google", "gemini-2.5-pro"))
-        self.assertEqual(settings.read_timeout, 7.0)   # merged from the home config
+        self.assertEqual(settings.timeouts.read, 7.0)   # merged from the home config
         settings = resolve_settings({"model": "gemini-x", "read_timeout": 3}, self.env)
-        self.assertEqual((settings.model, settings.read_timeout), ("gemini-x", 3.0))
+        self.assertEqual((settings.model, settings.timeouts.read), ("gemini-x", 3.0))
 
     def test_provider_flag_without_model_picks_its_default(self):
         self.write_config({"provider": "openai", "model": "gpt-4.1"})
@@ -83,10 +83,10 @@ class RetryPolicyUnitTest(HermeticTestCase):
         self.assertEqual(parse_retry_after({"retry-after-ms": "250"}), 0.25)
         self.assertEqual(parse_retry_after({"retry-after": "3"}), 3.0)
         self.assertIsNone(parse_retry_after({"retry-after": "soon"}))
-        self.assertEqual(backoff_delay(1, settings, retry_after=9999), settings.retry_after_cap)
+        self.assertEqual(backoff_delay(1, settings, retry_after=9999), settings.retry.retry_after_cap)
         delays = [backoff_delay(n, settings, rand=lambda: 1.0) for n in range(1, 8)]
         self.assertEqual(delays, sorted(delays))
-        self.assertLessEqual(delays[-1], settings.retry_max_delay)
+        self.assertLessEqual(delays[-1], settings.retry.max_delay)
 
 
 class ProviderCallsTest(FakeVendorTestCase):

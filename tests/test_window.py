@@ -526,7 +526,7 @@ class WindowLoopTest(InProcessCase):
         self.assertEqual(self.run_prompt("A new task.").exit_code, 0)
         self.assertNotIn("Old unrelated goal", script.checkpoint_prompts[0])
         archive = os.path.join(os.path.dirname(cp), "archive")
-        kept = [name for name in os.listdir(archive) if name.startswith("t.checkpoint.md-")]
+        kept = [name for name in os.listdir(archive) if name.startswith(os.path.basename(cp) + "-")]
         self.assertEqual(len(kept), 1)
         self.assertEqual(self.read(os.path.join(archive, kept[0])).decode(), stale)
 

@@ -61,30 +61,25 @@ class TokenStats:
         return cls(**clean)
 
 
-def price_for(model, config=None):
-    """(input, output, cache read, cache write) per million tokens, or None. A dated snapshot
-    name the API reports (gpt-4.1-2025-04-14, claude-...-20250929) is priced as its base model."""
-    price = _price_exact(model, config)
+def price_for(model, prices=None):
+    """(input, output, cache read, cache write) per million tokens, or None. `prices` is
+    Settings.prices ({model: Price}, the config's overrides). A dated snapshot name the API
+    reports (gpt-4.1-2025-04-14, claude-...-20250929) is priced as its base model."""
+    price = _price_exact(model, prices)
     base = SNAPSHOT_RE.sub("", model or "")
-    return price if price is not None or base == model else _price_exact(base, config)
+    return price if price is not None or base == model else _price_exact(base, prices)
 
 
-def _price_exact(model, config):
-    overrides = (config or {}).get("prices") if isinstance(config, dict) else None
-    if isinstance(overrides, dict) and isinstance(overrides.get(model), dict):
-        entry = overrides[model]
-        try:
-            return (float(entry["input"]), float(entry["output"]),
-                    float(entry.get("cache_read", entry["input"])),
-                    float(entry.get("cache_write", entry["input"])))
-        except (KeyError, TypeError, ValueError):
-            return None
+def _price_exact(model, prices):
+    override = (prices or {}).get(model)
+    if override is not None:
+        return (override.input, override.output, override.cache_read, override.cache_write)
     return PRICES.get(model)
 
 
-def call_cost(result, config=None):
+def call_cost(result, prices=None):
     """Dollar cost of one call, or None for a model without a known price."""
-    price = price_for(result.model, config) or price_for(getattr(result, "requested_model", ""), config)
+    price = price_for(result.model, prices) or price_for(getattr(result, "requested_model", ""), prices)
     if price is None:
         return None
     uncached = max(0, result.input_tokens - result.cache_read_tokens - result.cache_write_tokens)
@@ -96,7 +91,7 @@ def add_cost(total, cost):
     return None if total is None or cost is None else total + cost
 
 
-def add_result(stats, result, config=None):
+def add_result(stats, result, prices=None):
     return replace(
         stats, turns=stats.turns + 1, current_input=result.input_tokens,
         input_tokens=stats.input_tokens + result.input_tokens,
@@ -104,7 +99,7 @@ def add_result(stats, result, config=None):
         cache_read_tokens=stats.cache_read_tokens + result.cache_read_tokens,
         cache_write_tokens=stats.cache_write_tokens + result.cache_write_tokens,
         reasoning_tokens=stats.reasoning_tokens + result.reasoning_tokens,
-        cost_usd=add_cost(stats.cost_usd, call_cost(result, config)),
+        cost_usd=add_cost(stats.cost_usd, call_cost(result, prices)),
         estimated=stats.estimated or result.estimated,
     )
 

@@ -21,6 +21,7 @@ Data contract:
 import os
 import re
 
+from nagent_conversation_layout import checkpoint_path as layout_checkpoint_path
 from nagent_fs import atomic_write, write_unique
 
 SCHEMA = ("Goal", "Decisions", "Current state", "Next steps", "Open questions")
@@ -32,7 +33,7 @@ EXCERPT_CHARS = 2000     # per result in the checkpoint call's transcript
 
 
 def checkpoint_path(conversation):
-    return conversation + ".checkpoint.md"
+    return layout_checkpoint_path(conversation)  # NAME.d/checkpoint.md: the layout's one rule
 
 
 # -- text (pure) ----------------------------------------------------------------------------

@@ -140,20 +140,45 @@ def argument_parser(**kwargs):
     return Parser(**kwargs)
 
 
+PROVIDER_FLAGS = ("provider", "model", "timeouts.connect", "timeouts.read", "retry.max_attempts")
+
+
+def add_setting_flags(parser, names):
+    """One flag per schema row in `names` (see nagent_config.SCHEMA): its help shows the default
+    and the allowed range. Values stay strings here; resolve_settings checks them like config
+    values, so a bad flag is one clear error naming the flag and its range."""
+    from nagent_config import KEYS
+    for name in names:
+        key = KEYS[name]
+        default = "" if key.default is None or callable(key.default) else f"; default {key.default}"
+        rule = "" if key.kind in ("choice", "str") else "; " + key.requirement()[len("must be "):]
+        metavar = {"int": "N", "float": "SECONDS" if "timeout" in name else "N"}.get(key.kind, "NAME")
+        parser.add_argument(key.flag, choices=key.choices or None,
+                            metavar=None if key.choices else metavar,
+                            help=f"{key.help} (config {name}{default}{rule})")
+
+
 def add_provider_flags(parser):
     """The provider/model/timeouts flags every model-calling tool shares."""
-    parser.add_argument("--provider", help="provider name or alias (see README provider table)")
-    parser.add_argument("--model", help="model name (default: the provider's default model)")
-    parser.add_argument("--connect-timeout", type=float, metavar="SECONDS",
-                        help="connection timeout in seconds")
-    parser.add_argument("--read-timeout", type=float, metavar="SECONDS",
-                        help="read timeout in seconds")
-    parser.add_argument("--max-attempts", type=int, metavar="N",
-                        help="attempts per model call, retries included")
+    add_setting_flags(parser, PROVIDER_FLAGS)
 
 
 def provider_overrides(args):
-    """CLI flags (an argparse namespace or a dict of them) as settings overrides: only given ones."""
+    """The setting flags given on the command line (an argparse namespace or a dict of them),
+    keyed by dest, for resolve_settings: only the ones given."""
+    from nagent_config import SCHEMA
     values = args if isinstance(args, dict) else vars(args)
-    keys = ("provider", "model", "connect_timeout", "read_timeout", "max_attempts")
-    return {key: values[key] for key in keys if values.get(key) is not None}
+    return {key.dest: values[key.dest] for key in SCHEMA
+            if key.dest and values.get(key.dest) is not None}
+
+
+def load_settings(args, environ=None, warn=True):
+    """resolve_settings for a command's flags; its warnings (unknown config keys) go to stderr
+    once, here, where the command resolves them."""
+    from nagent_config import resolve_settings
+    settings = resolve_settings(provider_overrides(args), environ)
+    if warn:
+        for line in settings.warnings:
+            sys.stderr.write(f"warning: {line}\n")
+        sys.stderr.flush()
+    return settings

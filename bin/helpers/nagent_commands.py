@@ -8,7 +8,7 @@ text followed by stdin when the last word is "-"; no prompt → UsageError.
 import os
 import sys
 
-from nagent_cli import emit_json, redact, report_error
+from nagent_cli import emit_json, load_settings, redact, report_error
 from nagent_errors import InputError, NagentError, UsageError
 
 
@@ -44,16 +44,22 @@ def current_cwd():
 
 def run_prompt(options):
     from nagent_loop import run_agent_loop
-    from nagent_session import build_session
+    from nagent_session import build_session, check_conversation
+    if options.get("force"):
+        raise UsageError("--force only applies to --save-conversation", "", "see nagent --help")
+    check_conversation(options, os.environ)  # a bad name or a missing file comes first
     if options.get("retry"):  # the loop finds the prompt, under the conversation's lock
         if options.get("prompt"):
             raise UsageError("--retry takes no prompt", " ".join(options["prompt"]))
         prompt, source = None, "retry"
     else:
         prompt, source = read_prompt(options.get("prompt") or [], sys.stdin)
-    if options.get("invocation") == "delegated":
+    delegated = options.get("invocation") == "delegated"
+    if delegated:
         source = "delegated"
-    session = build_session(options, dict(os.environ), current_cwd())
+    # A delegated child reads the parent's config: the parent already warned about it.
+    settings = load_settings(options, warn=not delegated)
+    session = build_session(options, dict(os.environ), current_cwd(), settings)
     if session.file_edit and session.file_edit.get("warning"):
         sys.stderr.write(f"warning: {session.file_edit['warning']}\n")
     outcome = run_agent_loop(session, prompt, source)
@@ -92,8 +98,12 @@ def run_lifecycle(chosen, options):
                                                                         for c in chosen))
     if options.get("prompt") and chosen[0] not in ("edit_conversation",):
         raise UsageError("a lifecycle flag takes no prompt", " ".join(options["prompt"]))
+    if options.get("force") and chosen[0] != "save_conversation":
+        raise UsageError("--force only applies to --save-conversation", "--" + chosen[0].replace("_", "-"))
     handler = getattr(commands, chosen[0])
-    data, text = handler(options)
+    # Every command reads the config, so a malformed one is reported whatever the command.
+    settings = load_settings(options)
+    data, text = handler(options, settings)
     if options.get("json"):
         emit_json(data)
     elif text:

@@ -1,72 +1,64 @@
-"""Configuration loading and settings resolution (no SDK imports).
+"""Configuration: flags, files and defaults resolved once into frozen, typed Settings.
 
-Data contract: `load_config(environ)` returns the merged config dict: ~/.nagent/config.json
-overlaid by the file named in NAGENT_CONFIG (objects merge key by key, NAGENT_CONFIG wins).
-`resolve_settings(overrides, environ)` returns a frozen `Settings`: CLI flags (overrides) >
-NAGENT_CONFIG > ~/.nagent/config.json > the provider table. Choosing a provider without a
-model (on the command line, or in config) picks that provider's default model. Values of the
-form "${VAR}" in provider entries are read from the environment when the key is needed.
-A malformed file raises ConfigError naming the file and the problem.
+Data contract
+-------------
+* The settings themselves (names, kinds, defaults, ranges, flags, where each lands in Settings)
+  are the rows of `nagent_config_schema.SCHEMA`; Settings, Source and Price are defined there and
+  re-exported here.
+* Layers, first wins: command-line flags > the file NAGENT_CONFIG names > ~/.nagent/config.json >
+  the row's default. Map rows (`providers`, `prices`) merge across the files entry by entry,
+  objects key by key. A provider chosen by flag (other than the one the files choose) brings its
+  own default model; otherwise `model`, else `providers.NAME.model`, else the provider table's.
+* `resolve_settings(flags=None, environ=None) -> Settings`. `flags` maps a flag's dest
+  (`max_calls`, `read_timeout`, ...) to a value; None means not given; strings (from argv) are
+  parsed per the row's kind. Errors, in this order, before anything is written: NAGENT_CONFIG
+  naming a missing file, an unreadable or malformed file (ConfigError naming the file and the
+  problem), a bad value in a file (ConfigError naming the key as written, the allowed range and
+  the file), a bad flag value (UsageError naming the flag and the range), an unknown provider.
+* Unknown keys (top level, inside a group such as `shell`, inside a provider or price entry) are
+  not errors: `settings.warnings` holds one line per key naming the key and the file; the
+  command that resolved the settings prints them (nagent_cli.load_settings).
+* Every value remembers its layer: `settings.source(name)` is a Source (flag, NAGENT_CONFIG,
+  ~/.nagent/config.json or default, with the flag or path). `describe_settings(settings)` is the
+  `nagent --config` view: (name, value, source) rows with keys redacted.
+* `api_key_for(settings)` returns the key of the selected provider (a "${VAR}" api_key reads the
+  variable), or raises SetupError naming the variables to set.
 """
 import json
 import os
-from dataclasses import dataclass, field
+from types import MappingProxyType
 
+from nagent_config_schema import (DEFAULT, ENV_FILE, FIXED, FLAG, HOME_FILE, KEYS,  # noqa: F401
+                                  SCHEMA, SECTIONS, Key, Price, Settings, Source, check_value,
+                                  unknown_keys)
 from nagent_errors import ConfigError, SetupError
-from nagent_providers import ProviderRow, find_row
-
-DEFAULTS = {
-    "provider": "openai",
-    "connect_timeout": 10.0,
-    "read_timeout": 300.0,
-    "max_attempts": 4,
-    "retry_base_delay": 0.5,
-    "retry_max_delay": 20.0,
-    "retry_after_cap": 60.0,
-    "max_output_tokens": 16000,
-}
-NUMERIC = {"connect_timeout": float, "read_timeout": float, "max_attempts": int,
-           "retry_base_delay": float, "retry_max_delay": float, "retry_after_cap": float,
-           "max_output_tokens": int}
+from nagent_providers import find_row
 
 
-@dataclass(frozen=True)
-class Settings:
-    provider: ProviderRow
-    model: str
-    connect_timeout: float = DEFAULTS["connect_timeout"]
-    read_timeout: float = DEFAULTS["read_timeout"]
-    max_attempts: int = DEFAULTS["max_attempts"]
-    retry_base_delay: float = DEFAULTS["retry_base_delay"]
-    retry_max_delay: float = DEFAULTS["retry_max_delay"]
-    retry_after_cap: float = DEFAULTS["retry_after_cap"]
-    max_output_tokens: int = DEFAULTS["max_output_tokens"]
-    config: dict = field(default_factory=dict, compare=False, repr=False)
-    config_files: tuple = ()
-    environ: dict = field(default_factory=dict, compare=False, repr=False)
-
-    @property
-    def provider_name(self):
-        return self.provider.name
-
-
-def config_files(environ=None):
+# -- reading the files --------------------------------------------------------------------
+def config_layers(environ=None):
+    """[(label, path)] of the files to read, highest first. NAGENT_CONFIG naming a missing file
+    is a ConfigError: a typo there would otherwise silently run without the intended settings."""
     environ = os.environ if environ is None else environ
-    files = []
-    home = environ.get("HOME") or os.path.expanduser("~")
-    default = os.path.join(home, ".nagent", "config.json")
-    if os.path.exists(default):
-        files.append(default)
-    explicit = environ.get("NAGENT_CONFIG")
+    from nagent_paths import nagent_home
+    home = os.path.join(nagent_home(environ), "config.json")
+    layers = []
+    explicit = environ.get("NAGENT_CONFIG") or ""
     if explicit:
-        if os.path.exists(explicit):
-            if os.path.realpath(explicit) != os.path.realpath(default):
-                files.append(explicit)
-        elif os.path.abspath(explicit) != os.path.abspath(default):
-            # A named-but-absent file is allowed: tests and scripts point NAGENT_CONFIG at a path
-            # they may fill later. Only malformed content is an error.
-            pass
-    return files
+        if not os.path.exists(explicit):
+            raise ConfigError("NAGENT_CONFIG names a missing file", explicit,
+                              "create it or unset NAGENT_CONFIG")
+        layers.append((ENV_FILE, explicit))
+    if os.path.exists(home) and not (explicit and _same_file(explicit, home)):
+        layers.append((HOME_FILE, home))
+    return layers
+
+
+def _same_file(first, second):
+    try:
+        return os.path.samefile(first, second)
+    except OSError:
+        return False
 
 
 def read_config_file(path):
@@ -98,63 +90,123 @@ def merge(base, top):
     return merged
 
 
-def load_config(environ=None):
-    config = {}
-    for path in config_files(environ):
-        config = merge(config, read_config_file(path))
-    return config
+# -- one layer ----------------------------------------------------------------------------
+def _lookup(data, key, path):
+    """(spelling as written, value) of `key` in one file's data, or None."""
+    found = []
+    for spelling in (key.name,) + key.aliases:
+        group, dot, name = spelling.partition(".")
+        if not dot:
+            if spelling in data:
+                found.append((spelling, data[spelling]))
+        elif isinstance(data.get(group), dict) and name in data[group]:
+            found.append((spelling, data[group][name]))
+    if len(found) > 1 and any(value != found[0][1] for _, value in found[1:]):
+        raise ConfigError(f"{found[0][0]} and {found[1][0]} are the same setting with different "
+                          "values", path, "keep one of them")
+    return found[0] if found else None
 
 
-def _flat_value(config, key):
-    """Config keys may be flat ("read_timeout") or grouped ({"timeouts": {"read": ..}})."""
-    if key in config:
-        return config[key]
-    groups = {"connect_timeout": ("timeouts", "connect"), "read_timeout": ("timeouts", "read"),
-              "max_attempts": ("retry", "max_attempts"), "retry_base_delay": ("retry", "base_delay"),
-              "retry_max_delay": ("retry", "max_delay"), "retry_after_cap": ("retry", "retry_after_cap")}
-    group, name = groups.get(key, (None, None))
-    if group and isinstance(config.get(group), dict):
-        return config[group].get(name)
-    return None
-
-
-def _number(key, value, source):
+# -- resolution ---------------------------------------------------------------------------
+def _resolve_map(key, layers, warnings):
+    merged, where = {}, []
+    for label, path, data in reversed(layers):
+        found = _lookup(data, key, path)
+        if found is not None:
+            if not isinstance(found[1], dict):
+                raise ConfigError(f"{found[0]} must be an object", f"{json.dumps(found[1])} in {path}")
+            merged = merge(merged, found[1])
+            where.insert(0, (label, path))
+    name = key.name
     try:
-        number = NUMERIC[key](value)
-    except (TypeError, ValueError):
-        raise ConfigError(f"{key} must be a number", f"{value!r} in {source}")
-    if number < 0 or (key == "max_attempts" and number < 1):
-        raise ConfigError(f"{key} is out of range", f"{value!r} in {source}")
-    return number
+        typed = key.check(merged, name, lambda unknown: warnings.append(
+            f"unknown config key {unknown} in {' and '.join(path for _, path in where)} (ignored)"))
+    except ConfigError as error:
+        files = " and ".join(path for _, path in where) or "defaults"
+        raise ConfigError(error.what, f"{error.value} in {files}", error.fix) from None
+    source = Source(where[0][0], where[0][1]) if where else Source(DEFAULT)
+    return typed, source
 
 
-def resolve_settings(overrides=None, environ=None, config=None):
+def _resolve_value(key, flags, layers):
+    """(typed value, Source, how it was written) of a single-value row; the value is None when
+    only the default applies."""
+    if key.dest and flags.get(key.dest) is not None:
+        return check_value(key, flags[key.dest], key.flag, key.flag, flag=True), Source(FLAG, key.flag)
+    for label, path, data in layers:
+        found = _lookup(data, key, path)
+        if found is not None and found[1] is not None:
+            return check_value(key, found[1], found[0], path), Source(label, path)
+    return None, Source(DEFAULT)
+
+
+def resolve_settings(flags=None, environ=None):
     environ = dict(os.environ if environ is None else environ)
-    overrides = {key: value for key, value in (overrides or {}).items() if value is not None}
-    config = load_config(environ) if config is None else config
-    files = tuple(config_files(environ))
-    source = " / ".join(files) or "defaults"
+    flags = {name: value for name, value in (flags or {}).items() if value is not None}
+    layers = [(label, path, read_config_file(path)) for label, path in config_layers(environ)]
+    warnings = [f"unknown config key {name} in {path} (ignored)"
+                for _, path, data in layers for name in unknown_keys(data, path)]
+    values, sources = {}, {}
+    for key in SCHEMA:
+        if key.kind == "map":
+            values[key.name], sources[key.name] = _resolve_map(key, layers, warnings)
+        else:
+            values[key.name], sources[key.name] = _resolve_value(key, flags, layers)
 
-    provider_name = overrides.get("provider") or config.get("provider") or DEFAULTS["provider"]
-    if not isinstance(provider_name, str):
-        raise ConfigError("provider must be a name", f"{provider_name!r} in {source}")
-    row = find_row(provider_name, config)
-    config_row = find_row(config["provider"], config) if isinstance(config.get("provider"), str) else None
-    if "provider" in overrides and (config_row is None or config_row.name != row.name):
-        model = overrides.get("model") or row.default_model
-    else:
-        model = overrides.get("model") or config.get("model") or row.default_model
+    provider_name = values["provider"] or KEYS["provider"].default
+    providers = values["providers"]
+    row = find_row(provider_name, providers)
+    model, model_source = values["model"], sources["model"]
+    if model is None or (sources["provider"].layer == FLAG and model_source.layer != FLAG
+                         and _file_provider(layers, providers) != row.name):
+        # A provider chosen on the command line (other than the configured one) brings its own
+        # default model: a configured model of another provider would only fail at the API.
+        model = row.default_model
+        model_source = sources["providers"] if row.name in _configured(layers) else Source(DEFAULT)
     if not model:
         raise ConfigError("no model configured for provider", row.name,
                           f'set "model" in providers.{row.name} or pass --model')
-    numbers = {}
-    for key in NUMERIC:
-        value = overrides.get(key, _flat_value(config, key))
-        numbers[key] = DEFAULTS[key] if value is None else _number(key, value, source)
-    return Settings(provider=row, model=str(model), config=config, config_files=files,
-                    environ=environ, **numbers)
+    values["provider"], values["model"] = row.name, model
+    sources["model"] = model_source
+
+    sections = {name: {} for name in SECTIONS}
+    top = {}
+    for key in SCHEMA:
+        value = values[key.name]
+        if value is None:
+            value = key.default(row) if callable(key.default) else key.default
+        section, attr = key.place
+        if key.name not in FIXED:
+            (sections[section] if section else top)[attr] = value
+    return Settings(provider=row, model=model, **top,
+                    **{name: SECTIONS[name](**fields) for name, fields in sections.items()},
+                    files=tuple((label, path) for label, path, _ in layers),
+                    sources=MappingProxyType(sources), warnings=tuple(dict.fromkeys(warnings)), environ=environ)
 
 
+def _file_provider(layers, providers):
+    """The provider the files select (resolved to its row name), or None."""
+    for _, path, data in layers:
+        found = _lookup(data, KEYS["provider"], path)
+        if found is not None and isinstance(found[1], str):
+            try:
+                return find_row(found[1], providers).name
+            except ConfigError:
+                return None
+    return None
+
+
+def _configured(layers):
+    names = set()
+    for _, _, data in layers:
+        entries = data.get("providers")
+        if isinstance(entries, dict):
+            names.update(name for name, entry in entries.items()
+                         if isinstance(entry, dict) and entry.get("model"))
+    return names
+
+
+# -- keys ---------------------------------------------------------------------------------
 def expand_env_reference(value, environ):
     """"${VAR}" → the variable's value (or "" when unset); anything else is returned as-is."""
     if isinstance(value, str) and value.startswith("${") and value.endswith("}"):
@@ -183,11 +235,50 @@ def api_key_for(settings):
                      f"export {row.key_env[0]}=..." if row.key_env else "")
 
 
-def config_number(config, key, default, minimum=0):
-    """A numeric setting (loop limits, shell, windows ...) from a config object, checked once here."""
-    value = config.get(key) if isinstance(config, dict) else None
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < minimum:
-        raise ConfigError(f"{key} must be a number >= {minimum}", repr(value))
+# -- the effective settings, for `nagent --config` ------------------------------------------
+def _shown(value):
+    if isinstance(value, tuple):
+        return list(value)
     return value
+
+
+def redacted_key(value, environ):
+    """How a provider's api_key is shown: a ${VAR} reference and whether it is set, never a value."""
+    if isinstance(value, str) and value.startswith("${") and value.endswith("}"):
+        return f"{value} ({'set' if environ.get(value[2:-1]) else 'not set'})"
+    return "[redacted]" if value else None
+
+
+def describe_settings(settings):
+    """[(name, value, source)] for every setting in effect, keys redacted: one row per schema
+    key, the selected provider's key variables, and one row per configured provider entry and
+    price override."""
+    from nagent_providers import builtin_row
+    rows = []
+    for key in SCHEMA:
+        source = str(settings.source(key.name))
+        if key.name == "providers":
+            for name, row in settings.providers.items():
+                if row == builtin_row(name):
+                    continue
+                entry = {"model": row.default_model, "base_url": row.base_url,
+                         "api_key_env": list(row.key_env) or None,
+                         "api_key": redacted_key(row.api_key, settings.environ),
+                         "context_window": row.context_window or None}
+                rows.append((f"providers.{name}", {k: v for k, v in entry.items() if v is not None},
+                             source))
+        elif key.name == "prices":
+            for model, price in settings.prices.items():
+                rows.append((f"prices.{model}", dict(vars(price)), source))
+        else:
+            rows.append((key.name, _shown(settings.value(key.name)), source))
+            if key.name == "provider":
+                provider = settings.provider
+                names = [name for name in provider.key_env]
+                state = ", ".join(f"{name} ({'set' if settings.environ.get(name) else 'not set'})"
+                                  for name in names) or ("not needed" if not provider.key_required
+                                                         else "none")
+                if provider.api_key:
+                    state = "api_key " + redacted_key(provider.api_key, settings.environ)
+                rows.append(("api key", state, "environment"))
+    return rows

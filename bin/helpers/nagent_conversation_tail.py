@@ -1,6 +1,6 @@
 """Reading a conversation file from its end: status summaries and the torn-tail check.
 
-Data contract (the record format itself is described in nagent_conversation):
+Data contract (the record format itself is described in nagent_conversation_format):
 - `iter_header_offsets(handle, size)` yields the byte offsets of the lines that start with
   "<nagent-record", last first, reading the binary `handle` backwards in chunks.
 - `header_at(handle, offset)` -> parse_header of the complete line at `offset`, or None.
@@ -15,7 +15,7 @@ Data contract (the record format itself is described in nagent_conversation):
 import json
 import os
 
-from nagent_conversation import HEADER_MARK, parse_header, parse_records
+from nagent_conversation_format import HEADER_MARK, parse_header, parse_records
 from nagent_errors import InputError
 
 _BACK_MARK = b"\n" + HEADER_MARK

@@ -3,7 +3,8 @@
 Data contract:
 - A file id is "dev:inode" of the file's realpath (`file_id_for_path`). Missing paths, directories
   and non-regular files raise InputError.
-- The index lives at ~/.nagent/conversations/file-index-{pid}.json (HOME from `environ`), dirs 0700,
+- The index lives at ~/.nagent/file-edits/index-{pid}.json (HOME from `environ`; the path and the
+  pid rule are nagent_conversation_layout's, outside conversations/ so no name reaches it), dirs 0700,
   file 0600, and is {"version": 1, "by_file_id": {id: record}} where a record is
   {file_id, path, conversation, created, last_used, size}; times are ISO-8601 UTC strings.
   `load_file_index` never raises: a missing index is empty; a corrupt one (bad JSON, wrong types,
@@ -35,13 +36,13 @@ import re
 import time
 from datetime import datetime, timezone
 
-from nagent_errors import BusyError, InputError, RefusedError, UsageError
+from nagent_conversation_layout import file_index_path as layout_file_index_path
+from nagent_errors import BusyError, InputError, RefusedError
 from nagent_fs import atomic_write, regular_file_stat
-from nagent_paths import conversations_dir, in_nagent_state
+from nagent_paths import in_nagent_state
 
 INDEX_VERSION = 1
 LOCK_TIMEOUT_SECONDS = 5.0
-_PID_RE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 _RECORD_TEXT_FIELDS = ("file_id", "path", "conversation")
 _IS_DIRECTORY = ("is a directory", "give a file")
 
@@ -52,10 +53,7 @@ def file_id_for_path(path) -> str:
 
 
 def file_index_path(pid: str, environ=None) -> str:
-    pid = str(pid)
-    if not _PID_RE.fullmatch(pid) or pid in (".", ".."):
-        raise UsageError("invalid pid", pid, "use the shell pid, e.g. --pid \"$BASHPID\"")
-    return os.path.join(conversations_dir(environ), f"file-index-{pid}.json")
+    return layout_file_index_path(pid, environ)  # the conversation layout's one pid rule
 
 
 def empty_index() -> dict:

@@ -1,6 +1,7 @@
 """Conversation lifecycle commands of `bin/nagent`: one function per flag.
 
-Data contract: each function takes the parsed options dict and returns `(data, text)`:
+Data contract: each function takes the parsed options dict and the command's resolved Settings
+and returns `(data, text)`:
 `data` is what --json prints, `text` the human output. They work on the conversation the
 options select (--conversation / --pid / --file-edit / this shell's default) and never
 destroy a file: --clear and --load archive the current one first.
@@ -8,7 +9,7 @@ destroy a file: --clear and --load archive the current one first.
 import os
 
 import nagent_conversation_lifecycle as lifecycle
-from nagent_errors import InputError
+from nagent_errors import BusyError, InputError
 
 
 def selected_path(options, environ=None):
@@ -17,7 +18,7 @@ def selected_path(options, environ=None):
     return resolve_conversation(options, environ)[0]
 
 
-def status(options):
+def status(options, settings):
     from nagent_conversation_tail import read_tail_summary
     path = selected_path(options)
     summary = read_tail_summary(path)
@@ -53,13 +54,13 @@ def status(options):
 
 
 def checkpoint_path_if_any(path):
-    candidate = path + ".checkpoint.md"
+    candidate = lifecycle.checkpoint_path(path)
     return candidate if os.path.exists(candidate) else None
 
 
-def clear(options):
+def clear(options, settings):
     if options.get("file_edit"):
-        return clear_file_edit(options)
+        return clear_file_edit(options, settings)
     path = selected_path(options)
     archived = lifecycle.archive(path, reason="clear") if os.path.exists(path) else None
     data = {"conversation": path, "archived": archived}
@@ -67,10 +68,18 @@ def clear(options):
                   else "nothing to clear; the next prompt starts a new conversation")
 
 
-def clear_file_edit(options):
-    """A per-file conversation starts afresh under a new name; the old file is archived."""
+def clear_file_edit(options, settings):
+    """A per-file conversation starts afresh under a new name; the old file is archived. A busy
+    old conversation is refused before the index changes."""
     import nagent_file_edit_lib as file_edit
-    pid = options.get("pid") or lifecycle.default_pid()
+    pid = lifecycle.valid_pid(options["pid"]) if options.get("pid") else lifecycle.default_pid()
+    current = file_edit.list_file_edits(pid)
+    real = os.path.realpath(options["file_edit"])
+    for record in current:
+        if record.get("path") == real:
+            old_path = lifecycle.conversation_path(record["conversation"])
+            if lifecycle.is_busy(old_path):
+                raise BusyError("conversation is busy", old_path, "wait for its run to finish")
     change = file_edit.clear_file_edit(options["file_edit"], pid)
     archived = None
     if change.get("old"):
@@ -82,38 +91,43 @@ def clear_file_edit(options):
                   else f"{data['file']} starts a fresh conversation")
 
 
-def save_conversation(options):
+def save_conversation(options, settings):
+    name = lifecycle.validate_name(options["save_conversation"])  # a bad name is reported first
     path = selected_path(options)
-    lifecycle.validate_name(options["save_conversation"])  # a bad name is reported first
     if not os.path.exists(path):
         raise InputError("no conversation to save", path, "run a prompt first")
-    saved = lifecycle.save_as(path, options["save_conversation"])
-    return {"conversation": path, "saved": saved}, f"saved as {saved}"
+    saved, archived = lifecycle.save_as(path, name, overwrite=bool(options.get("force")))
+    text = f"saved as {saved}" + (f"; the previous {name} was archived at {archived}" if archived else "")
+    return {"conversation": path, "saved": saved, "archived": archived}, text
 
 
-def load_conversation(options):
+def load_conversation(options, settings):
+    name = lifecycle.validate_name(options["load_conversation"])
     path = selected_path(options)
-    loaded = lifecycle.load(options["load_conversation"], path)
-    return {"conversation": path, "loaded": options["load_conversation"], "path": loaded}, \
-        f"loaded {options['load_conversation']} into {path}"
+    archived = lifecycle.load(name, path)
+    text = f"loaded {name} into {path}" + (f"; the previous conversation was archived at {archived}"
+                                           if archived else "")
+    return {"conversation": path, "loaded": name, "path": path, "archived": archived}, text
 
 
-def branch_conversation(options):
-    path = selected_path(options)
+def branch_conversation(options, settings):
+    """A new current conversation from NAME (or the current one), cut after --turn N. Every
+    check (the name, the source, the turn, a busy conversation) happens before anything moves."""
     name = options.get("branch_conversation") or ""
-    source = lifecycle.conversation_path(name) if name else path
-    if not os.path.exists(source):
-        raise InputError("no such conversation", name or path)
-    archived = lifecycle.archive(path, reason="branch") if os.path.exists(path) else None
+    source = lifecycle.conversation_path(name) if name else None
+    path = selected_path(options)
+    source = source or path
+    if not os.path.isfile(source):
+        raise InputError("no such conversation", name or path, "list them with nagent --list-conversations")
+    archived = lifecycle.branch(source, path, options.get("turn"))
     if source == path:
         source = archived
-    lifecycle.branch(source, path, options.get("turn"))
     data = {"conversation": path, "source": source, "turn": options.get("turn"), "archived": archived}
     return data, f"branched from {source}" + (f" after turn {options['turn']}" if options.get("turn")
                                               else "") + f" into {path}"
 
 
-def list_conversations(options):
+def list_conversations(options, settings):
     items = lifecycle.list_conversations()
     mark_windows(items)
     lines = [f"{item.get('kind', ''):9} {item.get('name', '')}  {item.get('size', 0)} bytes  "
@@ -140,7 +154,7 @@ def mark_windows(items):
                 archived.update(window=number, window_of=item["name"])
 
 
-def list_file_edits(options):
+def list_file_edits(options, settings):
     import nagent_file_edit_lib as file_edit
     pid = options.get("pid") or lifecycle.default_pid()
     records = file_edit.list_file_edits(pid)
@@ -153,11 +167,29 @@ def list_file_edits(options):
         (f"warning: {warning}\n" if warning else "") + text
 
 
-def list_models(options):
+def config(options, settings):
+    """`nagent --config`: every setting in effect with its source (flag, NAGENT_CONFIG,
+    ~/.nagent/config.json, default); keys are never shown."""
+    import json
+    from nagent_config import describe_settings
+    rows = describe_settings(settings)
+    data = {"settings": [{"key": name, "value": value, "source": source}
+                         for name, value, source in rows],
+            "files": [{"layer": layer, "path": path} for layer, path in settings.files],
+            "warnings": list(settings.warnings)}
+    shown = [(name, value if isinstance(value, str) else json.dumps(value), source)
+             for name, value, source in rows]
+    width = max(len(name) for name, _, _ in shown)
+    value_width = min(40, max(len(value) for _, value, _ in shown))
+    lines = [f"{'key':{width}}  {'value':{value_width}}  source"]
+    lines += [f"{name:{width}}  {value:{value_width}}  {source}" for name, value, source in shown]
+    files = ", ".join(f"{path} ({layer})" for layer, path in settings.files) or "none"
+    lines.append(f"config files, highest first: {files}")
+    return data, "\n".join(lines)
+
+
+def list_models(options, settings):
     import nagent_llm
-    from nagent_config import resolve_settings
-    from nagent_cli import provider_overrides
-    settings = resolve_settings(provider_overrides(options))
     listing = nagent_llm.list_models(settings)
     return listing, "\n".join(listing["models"])
 
@@ -172,17 +204,15 @@ def conversation_text(path):
     return "\n\n".join(chunks)
 
 
-def summarize(options):
+def summarize(options, settings):
     import nagent_llm
-    from nagent_config import resolve_settings
-    from nagent_cli import Spinner, provider_overrides
+    from nagent_cli import Spinner
     path = selected_path(options)
     if not os.path.exists(path):
         raise InputError("no conversation to summarize", path, "run a prompt first")
     text = conversation_text(path)
     if not text.strip():
         raise InputError("the conversation has no turns yet", path)
-    settings = resolve_settings(provider_overrides(options))
     prompt = ("Summarize this agent conversation for the user who ran it: the goal, what was done, "
               "decisions, the current state and open questions. Plain text, concise.\n\n" + text)
     with Spinner("summarizing"):
@@ -190,11 +220,11 @@ def summarize(options):
     return {"conversation": path, "summary": result.text, "usage": result.as_dict()}, result.text
 
 
-def edit_conversation(options):
+def edit_conversation(options, settings):
     from nagent_conversation_edit import edit_conversation as run_edit
     return run_edit(selected_path(options), options)
 
 
-def compact(options):
+def compact(options, settings):
     from nagent_compact import compact_now
     return compact_now(selected_path(options), options)

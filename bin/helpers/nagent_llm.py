@@ -117,9 +117,9 @@ def base_url_for(settings):
 def backoff_delay(attempt, settings, retry_after=None, rand=random.random):
     """Seconds to wait before retry `attempt` (1-based): the server's hint when given, capped."""
     if retry_after is not None:
-        return max(0.0, min(float(retry_after), settings.retry_after_cap))
-    base = settings.retry_base_delay * (2 ** (attempt - 1))
-    return min(settings.retry_max_delay, base) * (0.5 + rand() / 2)
+        return max(0.0, min(float(retry_after), settings.retry.retry_after_cap))
+    base = settings.retry.base_delay * (2 ** (attempt - 1))
+    return min(settings.retry.max_delay, base) * (0.5 + rand() / 2)
 
 
 def parse_retry_after(headers):
@@ -244,7 +244,7 @@ def generate(request, settings, sleep=time.sleep, on_retry=None, client=None):
             if problem is None:
                 raise
             problem = without_key(problem, settings)
-            if not problem.retryable or attempts >= settings.max_attempts:
+            if not problem.retryable or attempts >= settings.retry.max_attempts:
                 if attempts > 1:
                     problem.value = f"{problem.value} (after {attempts} attempts)"
                 raise problem from None

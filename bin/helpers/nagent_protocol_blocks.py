@@ -1,7 +1,8 @@
 """Driver result blocks and the attribute escaping shared by the tag parser and the driver.
 
 Data contract:
-- `escape_attr(value)` escapes & " < > newline CR for a double-quoted attribute value;
+- `escape_attr(value)` escapes & " < > newline CR tab for a double-quoted attribute value (the
+  one attribute escaper: protocol blocks and conversation record headers both use it);
   `unescape_attr(value)` undoes it and also decodes &apos; and numeric references (&#NN; &#xHH;);
   a reference to no valid code point (0, surrogates, > 0x10FFFF) stays as written.
 - `result_block(tag, body, attrs=None)` -> `<tag a="v">\\nbody\\n</tag>` (attrs in the given
@@ -28,7 +29,8 @@ STOP_SEQUENCES = ("\n<nagent-shell-result", "\n<system>", "\n<nagent-read-result
 
 def escape_attr(value):
     return (value.replace("&", "&amp;").replace('"', "&quot;").replace("<", "&lt;")
-            .replace(">", "&gt;").replace("\n", "&#10;").replace("\r", "&#13;"))
+            .replace(">", "&gt;").replace("\n", "&#10;").replace("\r", "&#13;")
+            .replace("\t", "&#9;"))
 
 
 def _entity(match):

@@ -16,7 +16,7 @@ MAX_BREAKPOINTS = 4
 def make_client(settings, key):
     anthropic = require_package(settings.provider)
     import httpx2
-    timeout = httpx2.Timeout(settings.read_timeout, connect=settings.connect_timeout)
+    timeout = httpx2.Timeout(settings.timeouts.read, connect=settings.timeouts.connect)
     return anthropic.Anthropic(api_key=key, base_url=base_url_for(settings),
                                max_retries=0, timeout=timeout)
 
@@ -66,7 +66,7 @@ def call(client, request, settings):
     if request.stop:
         options["stop_sequences"] = list(request.stop[: settings.provider.max_stop_sequences or 8])
     response = client.messages.create(model=settings.model,
-                                      max_tokens=request.max_output_tokens or settings.max_output_tokens,
+                                      max_tokens=request.max_output_tokens or settings.llm.max_output_tokens,
                                       messages=build_messages(request), **options)
     return read_reply(_result, response)
 

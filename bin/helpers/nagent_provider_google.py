@@ -16,7 +16,7 @@ def make_client(settings, key):
     genai = require_package(settings.provider)
     from google.genai import types
     base_url = base_url_for(settings)
-    options = {"timeout": int(settings.read_timeout * 1000)}
+    options = {"timeout": int(settings.timeouts.read * 1000)}
     if base_url:
         options["base_url"] = base_url
     return genai.Client(api_key=key, http_options=types.HttpOptions(**options))
@@ -53,7 +53,7 @@ def call(client, request, settings):
             parts = attachment_parts(client, request.attachments) + parts
         contents.append(types.Content(role="model" if message.role == "assistant" else "user",
                                       parts=parts or [types.Part(text="(empty)")]))
-    config = {"max_output_tokens": request.max_output_tokens or settings.max_output_tokens}
+    config = {"max_output_tokens": request.max_output_tokens or settings.llm.max_output_tokens}
     if request.stop:
         config["stop_sequences"] = list(request.stop[: settings.provider.max_stop_sequences or 5])
     response = client.models.generate_content(model=settings.model, contents=contents,

@@ -16,7 +16,7 @@ from nagent_llm import (base_url_for, is_malformed, malformed_error, network_err
 def make_client(settings, key):
     openai = require_package(settings.provider)
     import httpx2
-    timeout = httpx2.Timeout(settings.read_timeout, connect=settings.connect_timeout)
+    timeout = httpx2.Timeout(settings.timeouts.read, connect=settings.timeouts.connect)
     return openai.OpenAI(api_key=key, base_url=base_url_for(settings),
                          max_retries=0, timeout=timeout)
 
@@ -63,7 +63,7 @@ def _messages(request, api):
 
 def call(client, request, settings):
     row = settings.provider
-    max_tokens = request.max_output_tokens or settings.max_output_tokens
+    max_tokens = request.max_output_tokens or settings.llm.max_output_tokens
     if row.api == "chat":
         options = {}
         if request.stop:

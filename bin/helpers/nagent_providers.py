@@ -6,7 +6,9 @@ that talks to that SDK; imported only when a model is called), api ("responses" 
 for the openai adapter), base_url (None = the SDK default / its *_BASE_URL variable),
 known models, stop-sequence capacity, and the variable its SDK reads for a base URL. `BUILTIN_PROVIDERS` holds the fixed rows;
 `config_provider_row(name, entry)` turns a config `providers.<name>` entry with a
-`base_url` into an OpenAI-compatible row, so a new endpoint is one config entry, no code.
+`base_url` into an OpenAI-compatible row, so a new endpoint is one config entry, no code;
+`all_rows(entries)` is every row by name given the config's `providers` object, and
+`find_row(name, rows)` picks one by name or alias (ConfigError naming the known ones).
 Nothing here imports an SDK.
 """
 from dataclasses import dataclass, replace
@@ -32,6 +34,9 @@ class ProviderRow:
     max_stop_sequences: int = 0         # 0: the API takes no stop sequences
     context_window: int = 0             # tokens; 0 = unknown
 
+
+# The fields a config `providers.NAME` entry may hold (others get an unknown-key warning).
+ENTRY_FIELDS = ("model", "base_url", "api_key_env", "api_key", "models", "context_window")
 
 BUILTIN_PROVIDERS = (
     ProviderRow("openai", key_env=("OPENAI_API_KEY",), package="openai",
@@ -68,18 +73,26 @@ def builtin_row(name):
 
 def config_provider_row(name, entry):
     """A row for `providers.<name>` of the config, layered over a builtin row of that name."""
+    where = f"providers.{name}"
     if not isinstance(entry, dict):
-        raise ConfigError("provider entry must be an object", name)
+        raise ConfigError(f"{where} must be an object", type(entry).__name__)
     base = builtin_row(name)
     key_env = entry.get("api_key_env", None)
     if isinstance(key_env, str):
         key_env = (key_env,)
     elif key_env is not None and not (isinstance(key_env, list)
                                       and all(isinstance(item, str) for item in key_env)):
-        raise ConfigError("api_key_env must be a variable name or a list of them", name)
+        raise ConfigError(f"{where}.api_key_env must be a variable name or a list of them",
+                          repr(key_env))
     models = entry.get("models")
     if models is not None and not (isinstance(models, list) and all(isinstance(m, str) for m in models)):
-        raise ConfigError("models must be a list of names", name)
+        raise ConfigError(f"{where}.models must be a list of names", repr(models))
+    for field in ("model", "base_url", "api_key"):
+        if entry.get(field) is not None and not (isinstance(entry[field], str) and entry[field]):
+            raise ConfigError(f"{where}.{field} must be a non-empty string", repr(entry[field]))
+    window = entry.get("context_window")
+    if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 0):
+        raise ConfigError(f"{where}.context_window must be a whole number >= 0", repr(window))
     overrides = {}
     for field in ("model", "base_url", "api_key", "context_window"):
         if field in entry and entry[field] is not None:
@@ -91,8 +104,8 @@ def config_provider_row(name, entry):
             overrides["models"] = tuple(models)
         return replace(base, **overrides)
     if not entry.get("base_url"):
-        raise ConfigError("provider entry needs a base_url (an OpenAI-compatible endpoint)", name,
-                          f'add "base_url" to providers.{name} in the config')
+        raise ConfigError(f"{where} needs a base_url (an OpenAI-compatible endpoint)", name,
+                          f'add "base_url" to {where} in the config')
     return ProviderRow(
         name=name, key_env=tuple(key_env or ()), package="openai",
         pip="pip install 'openai>=3.54'", adapter="nagent_provider_openai", api="chat",
@@ -102,9 +115,9 @@ def config_provider_row(name, entry):
     )
 
 
-def all_rows(config):
-    """Builtin rows (with config overrides) followed by config-only endpoints, by name."""
-    entries = config.get("providers")
+def all_rows(entries=None):
+    """Builtin rows (with config overrides) followed by config-only endpoints, by name.
+    `entries` is the config's `providers` object (name -> entry)."""
     entries = {} if entries is None else entries
     if not isinstance(entries, dict):
         raise ConfigError("providers must be an object", type(entries).__name__)
@@ -115,8 +128,8 @@ def all_rows(config):
     return rows
 
 
-def find_row(name, config):
-    rows = all_rows(config)
+def find_row(name, rows):
+    """The row named `name` (or one of its aliases) among `rows` (from all_rows)."""
     wanted = (name or "").strip().lower()
     for row in rows.values():
         if wanted == row.name.lower() or wanted in row.aliases:

@@ -53,7 +53,7 @@ class Run:
         return self.client
 
     def count_call(self, result):
-        config = self.session.settings.config
-        self.run_stats = add_result(self.run_stats, result, config)
-        self.conv_stats = add_result(self.conv_stats, result, config)
+        prices = self.session.settings.prices
+        self.run_stats = add_result(self.run_stats, result, prices)
+        self.conv_stats = add_result(self.conv_stats, result, prices)
         self.record_stats(result)

@@ -1,15 +1,16 @@
 """Everything one `nagent` invocation needs, resolved once from flags, config and environment.
 
-Data contract: `build_session(options, environ, cwd) -> Session` where `options` is a plain
-dict of the command-line values (conversation, pid, file_edit, provider, model, invocation,
-parent_conversation, depth, shell_approval, shell_sandbox, shell_timeout, max_calls).
+Data contract: `build_session(options, environ, cwd, settings=None) -> Session` where
+`options` is a plain dict of the command-line values (conversation, pid, file_edit, invocation,
+parent_conversation, depth, and the setting flags: provider, model, max_calls, shell_timeout ...)
+and `settings` the command's resolved nagent_config.Settings (resolved from the options' setting
+flags when None).
 `Session` is frozen plain data: conversation path, settings, limits, write mode, the action
 context, a factory for the initial context, meta for a new conversation, the prompt-cache
 key and the secret values that must never be written anywhere.
-Config keys read here (all optional): max_calls, max_format_retries, max_continuations,
-repeat_limit, lock_timeout, max_agent_depth, agent_timeout, file_tool_timeout (seconds),
-file_tool_memory_mb (0 = no cap), shell: {timeout, output_cap, approval, sandbox, network,
-writable}.
+Every setting comes from the Settings fields (loop limits are `settings.loop`, the shell policy is
+built from `settings.shell`, sub-agent limits from `settings.agents`, file tool limits from
+`settings.file_tools`); nothing here reads config.
 """
 import hashlib
 import os
@@ -17,25 +18,18 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from nagent_cli import secret_values
-from nagent_config import api_key_for, config_number, expand_env_reference, resolve_settings
-from nagent_errors import ConfigError, SetupError
+from nagent_config import api_key_for, expand_env_reference, resolve_settings
+import nagent_conversation_layout as layout
+from nagent_errors import SetupError
+from nagent_fs import regular_file_stat
 from nagent_write_policy import WriteMode
-
-
-@dataclass(frozen=True)
-class LoopLimits:
-    max_calls: int = 40
-    max_format_retries: int = 3
-    max_continuations: int = 3
-    repeat_limit: int = 3
-    lock_timeout: float = 3.0
 
 
 @dataclass(frozen=True)
 class Session:
     path: str
     settings: object
-    limits: LoopLimits
+    limits: object          # settings.loop: max_calls, max_format_retries, ... (see nagent_config)
     write_mode: WriteMode
     action_context: object
     initial_context: Callable = field(compare=False)
@@ -46,33 +40,12 @@ class Session:
     file_edit: dict | None = None
 
 
-def loop_limits(config, options):
-    max_calls = options.get("max_calls") or config_number(config, "max_calls", 40, 1)
-    return LoopLimits(
-        max_calls=int(max_calls),
-        max_format_retries=int(config_number(config, "max_format_retries", 3)),
-        max_continuations=int(config_number(config, "max_continuations", 3)),
-        repeat_limit=int(config_number(config, "repeat_limit", 3, 2)),
-        lock_timeout=float(config_number(config, "lock_timeout", 3.0)),
-    )
-
-
-def shell_policy(config, options, cwd):
+def shell_policy(settings):
     from nagent_shell import ShellPolicy, check_policy
-    section = config.get("shell") or {}
-    if not isinstance(section, dict):
-        raise ConfigError("shell must be an object", repr(section))
-    writable = section.get("writable") or ()
-    policy = ShellPolicy(
-        timeout=float(options.get("shell_timeout") or config_number(section, "timeout", 120.0)),
-        output_cap=int(config_number(section, "output_cap", 32 * 1024)),
-        approval=options.get("shell_approval") or config.get("shell_approval")
-        or section.get("approval", "auto"),
-        sandbox=options.get("shell_sandbox") or config.get("shell_sandbox")
-        or section.get("sandbox", "none"),
-        sandbox_network=bool(section.get("network", False)),
-        writable=tuple(writable) if isinstance(writable, (list, tuple)) else (),
-    )
+    shell = settings.shell
+    policy = ShellPolicy(timeout=shell.timeout, output_cap=shell.output_cap, approval=shell.approval,
+                         sandbox=shell.sandbox, sandbox_network=shell.network,
+                         writable=shell.writable)
     check_policy(policy)
     return policy
 
@@ -86,41 +59,66 @@ def require_sandbox(policy, environ):
                          "install bubblewrap (apt-get install bubblewrap) or use --shell-sandbox none")
 
 
-def config_secrets(config, environ):
-    """Key values a config refers to (literal or ${VAR}), so redaction covers them too."""
+def config_secrets(providers, environ):
+    """Key values the config's provider entries refer to (literal or ${VAR}), so redaction
+    covers them too. `providers` is settings.providers."""
     found = []
-    for entry in (config.get("providers") or {}).values():
-        if isinstance(entry, dict) and entry.get("api_key"):
-            value = expand_env_reference(entry["api_key"], environ)
+    for row in providers.values():
+        if row.api_key:
+            value = expand_env_reference(row.api_key, environ)
             if isinstance(value, str) and len(value) >= 6:
                 found.append(value)
     return found
 
 
-def secret_names(config):
+def secret_names(providers):
     """Every variable a provider key may live in: the table's and the config's ${VAR} references."""
-    from nagent_providers import all_rows
     names = set()
-    for row in all_rows(config).values():
+    for row in providers.values():
         names.update(row.key_env)
         if isinstance(row.api_key, str) and row.api_key.startswith("${") and row.api_key.endswith("}"):
             names.add(row.api_key[2:-1])
     return tuple(sorted(names))
 
 
+def check_conversation(options, environ):
+    """The conversation id for `options`, after checking, without writing anything, what selects
+    the conversation: a bad --pid or --conversation name is a UsageError, a missing --file-edit
+    target an InputError. Callers run this before key and SDK checks and before any write."""
+    pid = layout.valid_pid(options["pid"]) if options.get("pid") else layout.default_pid(environ)
+    if options.get("file_edit"):
+        regular_file_stat(options["file_edit"], ("is a directory", "give a file"))
+    elif options.get("conversation"):
+        layout.validate_name(options["conversation"])
+    return pid
+
+
 def resolve_conversation(options, environ):
-    """(conversation path, write mode, file-edit facts or None) for these options."""
-    import nagent_conversation_lifecycle as lifecycle
-    pid = options.get("pid") or lifecycle.default_pid(environ)
+    """(conversation path, write mode, file-edit record or None, pid) for these options. A
+    --file-edit target gets its record in the per-shell index here (that writes the index)."""
+    pid = check_conversation(options, environ)
     if options.get("file_edit"):
         import nagent_file_edit_lib as file_edit
         record = file_edit.resolve_file_edit(options["file_edit"], pid, environ)
         target = os.path.realpath(record["path"])
         mode = WriteMode(kind="file-edit", target=target, target_id=record["file_id"])
-        return lifecycle.conversation_path(record["conversation"], environ), mode, record, pid
+        return layout.conversation_path(record["conversation"], environ), mode, record, pid
     if options.get("conversation"):
-        return lifecycle.conversation_path(options["conversation"], environ), WriteMode(), None, pid
-    return lifecycle.default_conversation_path(environ, pid=pid), WriteMode(), None, pid
+        return layout.conversation_path(options["conversation"], environ), WriteMode(), None, pid
+    return layout.default_conversation_path(environ, pid=pid), WriteMode(), None, pid
+
+
+def require_sdk(row):
+    """A provider SDK that is not installed stops the run before anything is written (exit 4).
+    It is only looked up here; the import itself waits for the first model call."""
+    from importlib.util import find_spec
+    try:
+        found = find_spec(row.package) is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        import nagent_llm
+        nagent_llm.require_package(row)  # raises the SetupError with the pip line
 
 
 def file_edit_facts(record, context_module, action_context):
@@ -155,29 +153,34 @@ def shell_environ(environ):
     return env
 
 
-def build_session(options, environ, cwd):
+def build_session(options, environ, cwd, settings=None):
+    """The session for `options`. `settings` is the command's resolved Settings (resolved here
+    from the options' flags when None)."""
     from nagent_actions import ActionContext
-    import nagent_conversation_lifecycle as lifecycle
     from nagent_cli import provider_overrides
-    settings = resolve_settings(provider_overrides(options), environ)
-    api_key_for(settings)   # a missing key stops the run before anything is written
-    config = settings.config
+    # Checks first, cheapest and most specific first, and nothing written until all pass:
+    # names and files, then settings, then the key and the SDK.
+    check_conversation(options, environ)
+    if settings is None:
+        settings = resolve_settings(provider_overrides(options), environ)
+    api_key_for(settings)
+    require_sdk(settings.provider)
+    policy, run_environ = shell_policy(settings), shell_environ(environ)
+    require_sandbox(policy, run_environ)
     path, mode, record, pid = resolve_conversation(options, environ)
-    side_dir = lifecycle.side_dir(path)
+    side_dir = layout.side_dir(path)
     depth = int(options.get("depth") or 0)
-    secrets = tuple(sorted(set(secret_values(environ)) | set(config_secrets(config, environ)),
+    secrets = tuple(sorted(set(secret_values(environ)) | set(config_secrets(settings.providers, environ)),
                            key=len, reverse=True))
     action_context = ActionContext(
-        cwd=cwd, environ=shell_environ(environ), write_mode=mode, conversation=path, side_dir=side_dir,
-        shell_policy=shell_policy(config, options, cwd), settings=settings, pid=pid, depth=depth,
-        max_depth=int(config_number(config, "max_agent_depth", 3)),
-        agent_timeout=float(config_number(config, "agent_timeout", 1800.0, 1)),
-        file_tool_timeout=float(config_number(config, "file_tool_timeout", 300.0, 0.1)),
-        file_tool_memory=int(config_number(config, "file_tool_memory_mb", 4096)) << 20,
-        secret_names=secret_names(config), secrets=secrets,
+        cwd=cwd, environ=run_environ, write_mode=mode, conversation=path, side_dir=side_dir,
+        shell_policy=policy, settings=settings, pid=pid, depth=depth,
+        max_depth=settings.agents.max_depth, agent_timeout=settings.agents.timeout,
+        file_tool_timeout=settings.file_tools.timeout,
+        file_tool_memory=settings.file_tools.memory_mb << 20,
+        secret_names=secret_names(settings.providers), secrets=secrets,
         nagent_bin=os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(__file__))), "nagent"),
     )
-    require_sandbox(action_context.shell_policy, action_context.environ)
 
     def initial_context():
         import nagent_context
@@ -191,7 +194,7 @@ def build_session(options, environ, cwd):
     if record:
         meta["file_edit"] = {"file_id": record["file_id"], "path": record["path"]}
     return Session(
-        path=path, settings=settings, limits=loop_limits(config, options), write_mode=mode,
+        path=path, settings=settings, limits=settings.loop, write_mode=mode,
         action_context=action_context, initial_context=initial_context, meta=meta,
         cache_key="nagent-" + hashlib.sha256(os.path.basename(path).encode()).hexdigest()[:24],
         secrets=secrets, pid=pid, file_edit=record,

@@ -10,22 +10,22 @@ Data contract:
   carried="true"; notes stay plain text), and last the most recent raw records (about
   `tail_bytes` once large results are moved; always at least the newest prompt or reply and
   everything after it), each with carried="tail". A result body over `side_threshold` bytes
-  is moved to `{side_dir}/{archive name}-record-{seq}.txt` and replaced by a pointer with its
+  is moved to `{side_dir}/{archive name}-record-{seq}.txt` (side_dir: `NAME.d/side`) and replaced by a pointer with its
   byte count (and exit code for shell results).
 - A window is rebuilt when it is over `window_max_bytes` and has grown by a quarter of that
   since its own rebuild (`window_growth`), so carried prompts alone never trigger a rebuild
   per turn. `current_window(records)` is the number the last window meta record gives (1).
-- `window_settings(settings)` reads the thresholds from config: checkpoint_every_bytes,
-  window_max_bytes (default: half the model's context window at ~4 bytes a token, else 400 KB),
-  window_tail_bytes, side_threshold_bytes.
+- `window_settings(settings)` is `settings.windows` (resolved once in nagent_config):
+  checkpoint_every_bytes, window_max_bytes (default: half the model's context window at ~4
+  bytes a token, else 400 KB), tail_bytes (window_tail_bytes), side_threshold
+  (side_threshold_bytes).
 """
 import json
 import os
 import re
 from dataclasses import dataclass
 
-from nagent_config import config_number
-from nagent_conversation import encode_record
+from nagent_conversation_format import encode_records
 from nagent_run_records import is_failure_marker, is_user_prompt
 
 SENT_KINDS = ("prompt", "reply", "result", "system", "interrupt", "note")
@@ -42,15 +42,8 @@ class WindowSettings:
 
 
 def window_settings(settings):
-    config = settings.config
-    window = settings.provider.context_window
-    default_max = int(window * 4 * 0.5) if window else 400_000
-    return WindowSettings(
-        checkpoint_every_bytes=int(config_number(config, "checkpoint_every_bytes", 200_000)),
-        window_max_bytes=int(config_number(config, "window_max_bytes", default_max)),
-        tail_bytes=int(config_number(config, "window_tail_bytes", 40_000)),
-        side_threshold=int(config_number(config, "side_threshold_bytes", 4096)),
-    )
+    """The thresholds, resolved once in config (settings.windows has these four fields)."""
+    return settings.windows
 
 
 def byte_len(text):
@@ -134,14 +127,7 @@ def rebuild_records(records, checkpoint_text, previous_window, window, settings_
 
 
 def encode_window(new_records, now):
-    parts, seq = [], 0
-    for kind, body, attrs in new_records:
-        if kind == "note":  # hand-written text outside records stays plain text
-            parts.append(body.encode("utf-8") + b"\n")
-            continue
-        seq += 1
-        parts.append(encode_record(seq, kind, body, attrs, now))
-    return b"".join(parts)
+    return encode_records(new_records, time=now)  # the store's one record encoder
 
 
 def _json_object(text):

@@ -1,0 +1,302 @@
+"""The settings schema: one row per setting, and the frozen Settings type built from the rows.
+
+Data contract
+-------------
+* `SCHEMA` has one `Key` row per setting: its name as the user writes it (`max_calls`,
+  `shell.timeout`, `timeouts.read`), other spellings accepted in files (`read_timeout`), its kind
+  and default, its allowed range or choices, the command-line flag that sets it (if any), a
+  one-line help, and where it lands in Settings: `settings.SECTION.FIELD` (a name "a.b" lands in
+  section "a", field "b" unless the row says otherwise; section "" is a top-level attribute).
+  Sections and Settings are built from the table, so adding a setting is adding one row.
+* Kinds: int, float (finite; bools are not numbers), bool, str (non-empty), choice, paths (a list
+  of strings, kept as a tuple), map (an object checked by the row's `check(value, name, warn) ->
+  typed value`; `warn(dotted_name)` reports an unknown inner key). A callable default is computed
+  from the selected ProviderRow.
+* `check_value(key, value, written, where, flag=False)` types one value or raises ConfigError
+  (UsageError for a flag) naming the key as written and its allowed range; `unknown_keys(data)`
+  lists the keys of one file's object that no row knows.
+* `Settings` (frozen): provider (ProviderRow), model (str), providers ({name: ProviderRow}),
+  prices ({model: Price}), one frozen section per schema section (timeouts, retry, llm, loop,
+  agents, shell, windows), files ((layer, path) read, highest first), sources ({key name:
+  Source}), warnings (lines), environ. `settings.value(name)` / `settings.source(name)` look a
+  setting up by its schema name; `settings.provider_name` is the provider's name.
+"""
+import json
+import math
+from dataclasses import dataclass, field, make_dataclass
+from types import MappingProxyType
+
+from nagent_errors import ConfigError, UsageError
+from nagent_providers import ENTRY_FIELDS, all_rows
+
+FLAG, ENV_FILE, HOME_FILE, DEFAULT = "flag", "NAGENT_CONFIG", "~/.nagent/config.json", "default"
+
+
+@dataclass(frozen=True)
+class Source:
+    layer: str          # FLAG, ENV_FILE, HOME_FILE or DEFAULT
+    detail: str = ""    # the flag as typed, or the file's path
+
+    def __str__(self):
+        # The home file's path is what its label says; a flag or NAGENT_CONFIG needs its detail.
+        return f"{self.layer} {self.detail}" if self.detail and self.layer != HOME_FILE else self.layer
+
+
+@dataclass(frozen=True)
+class Price:
+    input: float
+    output: float
+    cache_read: float
+    cache_write: float
+
+
+@dataclass(frozen=True)
+class Key:
+    name: str
+    kind: str
+    default: object = None
+    help: str = ""
+    minimum: float | None = None
+    above: bool = False             # strictly greater than `minimum`
+    choices: tuple = ()
+    aliases: tuple = ()
+    flag: str = ""
+    section: str | None = None      # None: from the dotted name; "": a top-level attribute
+    field: str = ""
+    check: object = None            # map kind: check(value, name, warn) -> typed value
+
+    @property
+    def place(self):
+        if self.section is not None:
+            return self.section, self.field or self.name
+        head, _, tail = self.name.partition(".")
+        return head, self.field or tail
+
+    @property
+    def dest(self):
+        return self.flag[2:].replace("-", "_") if self.flag else ""
+
+    def requirement(self):
+        if self.kind == "choice":
+            return "must be one of " + ", ".join(self.choices)
+        if self.kind == "bool":
+            return "must be true or false"
+        if self.kind == "paths":
+            return "must be a list of paths"
+        if self.kind == "str":
+            return "must be a non-empty string"
+        if self.kind == "map":
+            return "must be an object"
+        noun = "a whole number" if self.kind == "int" else "a number"
+        if self.minimum is None:
+            return f"must be {noun}"
+        bound = int(self.minimum) if float(self.minimum).is_integer() else self.minimum
+        return f"must be {noun} {'>' if self.above else '>='} {bound}"
+
+
+def _window_max_default(row):
+    # About 4 bytes a token; half the window leaves room for the reply and the next turns.
+    return int(row.context_window * 4 * 0.5) if row.context_window else 400_000
+
+
+def check_providers(value, name, warn):
+    if not isinstance(value, dict):
+        raise ConfigError(f"{name} must be an object", type(value).__name__)
+    for provider, entry in value.items():
+        if isinstance(entry, dict):
+            for unknown in sorted(set(entry) - set(ENTRY_FIELDS)):
+                warn(f"{name}.{provider}.{unknown}")
+    return MappingProxyType(all_rows(value))
+
+
+def check_prices(value, name, warn):
+    if not isinstance(value, dict):
+        raise ConfigError(f"{name} must be an object", type(value).__name__)
+    prices = {}
+    for model, entry in value.items():
+        where = f"{name}.{model}"
+        if not isinstance(entry, dict) or "input" not in entry or "output" not in entry:
+            raise ConfigError(f"{where} must be an object with input and output prices",
+                              json.dumps(entry), "USD per million tokens")
+        numbers = {}
+        for part in ("input", "output", "cache_read", "cache_write"):
+            number = entry.get(part, entry["input"] if part.startswith("cache") else None)
+            if isinstance(number, bool) or not isinstance(number, (int, float)) or number < 0:
+                raise ConfigError(f"{where}.{part} must be a number >= 0", json.dumps(number),
+                                  "USD per million tokens")
+            numbers[part] = float(number)
+        for unknown in sorted(set(entry) - {"input", "output", "cache_read", "cache_write"}):
+            warn(f"{where}.{unknown}")
+        prices[model] = Price(**numbers)
+    return MappingProxyType(prices)
+
+
+SCHEMA = (
+    Key("provider", "str", "openai", "provider name or alias (see the README's provider table)",
+        flag="--provider", section=""),
+    Key("model", "str", None, "model name (default: the provider's default model)",
+        flag="--model", section=""),
+    Key("providers", "map", {}, "per-provider model, base_url, api_key_env, api_key, models, "
+        "context_window", section="", check=check_providers),
+    Key("timeouts.connect", "float", 10.0, "connection timeout in seconds", 0, True,
+        aliases=("connect_timeout",), flag="--connect-timeout"),
+    Key("timeouts.read", "float", 300.0, "read timeout in seconds", 0, True,
+        aliases=("read_timeout",), flag="--read-timeout"),
+    Key("retry.max_attempts", "int", 4, "attempts per model call, retries included", 1,
+        aliases=("max_attempts",), flag="--max-attempts"),
+    Key("retry.base_delay", "float", 0.5, "first retry delay in seconds", 0,
+        aliases=("retry_base_delay",)),
+    Key("retry.max_delay", "float", 20.0, "longest retry delay in seconds", 0,
+        aliases=("retry_max_delay",)),
+    Key("retry.retry_after_cap", "float", 60.0, "longest retry-after honoured, seconds", 0,
+        aliases=("retry_after_cap",)),
+    Key("max_output_tokens", "int", 16000, "reply limit per call, tokens", 1, section="llm"),
+    Key("max_calls", "int", 40, "model calls allowed in one invocation", 1, flag="--max-calls",
+        section="loop"),
+    Key("max_format_retries", "int", 3, "replies outside the protocol in a row before exit 8", 0,
+        section="loop"),
+    Key("max_continuations", "int", 3, "continuations of a reply cut off by the output limit", 0,
+        section="loop"),
+    Key("repeat_limit", "int", 3, "the same action this many times in a row gets a warning", 2,
+        section="loop"),
+    Key("lock_timeout", "float", 3.0, "seconds to wait for a busy conversation", 0, section="loop"),
+    Key("max_agent_depth", "int", 3, "sub-agent nesting limit", 0, section="agents",
+        field="max_depth"),
+    Key("agent_timeout", "float", 1800.0, "seconds a sub-agent may run", 1, section="agents",
+        field="timeout"),
+    Key("file_tool_timeout", "float", 300.0, "seconds a file split or patch tool may run", 0.1,
+        section="file_tools", field="timeout"),
+    Key("file_tool_memory_mb", "int", 4096, "memory cap of a file split or patch tool, MiB; 0 none",
+        0, section="file_tools", field="memory_mb"),
+    Key("shell.timeout", "float", 120.0, "seconds a shell action may run", 0, True,
+        flag="--shell-timeout"),
+    Key("shell.output_cap", "int", 32 * 1024, "bytes of shell output kept inline", 0),
+    Key("shell.approval", "choice", "auto", "run shell actions, ask first, or refuse them",
+        choices=("auto", "confirm", "deny"), aliases=("shell_approval",), flag="--shell-approval"),
+    Key("shell.sandbox", "choice", "none", "run shell actions under bubblewrap",
+        choices=("none", "bwrap"), aliases=("shell_sandbox",), flag="--shell-sandbox"),
+    Key("shell.network", "bool", False, "network inside the bwrap sandbox"),
+    Key("shell.writable", "paths", (), "extra writable paths inside the bwrap sandbox"),
+    Key("checkpoint_every_bytes", "int", 200_000, "refresh the checkpoint after this growth", 0,
+        section="windows"),
+    Key("window_max_bytes", "int", _window_max_default,
+        "start a new window past this size; 0 never (default: half the model's context window)", 0,
+        section="windows"),
+    Key("window_tail_bytes", "int", 40_000, "recent records carried into a new window", 0,
+        section="windows", field="tail_bytes"),
+    Key("side_threshold_bytes", "int", 4096, "larger carried results move to side files", 0,
+        section="windows", field="side_threshold"),
+    Key("prices", "map", {}, "USD per million tokens: {input, output, cache_read, cache_write}",
+        section="", check=check_prices),
+)
+KEYS = {key.name: key for key in SCHEMA}
+FIXED = ("provider", "model")   # resolved together: Settings.provider (a ProviderRow) and .model
+_PYTYPES = {"int": int, "float": float, "bool": bool, "str": str, "choice": str, "paths": tuple,
+            "map": dict}
+
+
+def _build_types():
+    sections = {}
+    for key in SCHEMA:
+        section, name = key.place
+        if section:
+            sections.setdefault(section, []).append((name, _PYTYPES[key.kind]))
+    classes = {name: make_dataclass(name.capitalize() + "Settings", fields, frozen=True)
+               for name, fields in sections.items()}
+    top = [(key.place[1], object) for key in SCHEMA if key.place[0] == "" and key.name not in FIXED]
+
+    def value(self, name):
+        if name == "provider":
+            return self.provider.name
+        section, attr = KEYS[name].place
+        return getattr(getattr(self, section) if section else self, attr)
+
+    def source(self, name):
+        return self.sources.get(name, Source(DEFAULT))
+
+    fields = ([("provider", object), ("model", str)] + top
+              + [(name, cls) for name, cls in classes.items()]
+              + [("files", tuple, field(default=())),
+                 ("sources", MappingProxyType, field(default_factory=lambda: MappingProxyType({}), compare=False)),
+                 ("warnings", tuple, field(default=())),
+                 ("environ", dict, field(default_factory=dict, compare=False, repr=False))])
+    settings = make_dataclass("Settings", fields, frozen=True,
+                              namespace={"value": value, "source": source,
+                                         "provider_name": property(lambda self: self.provider.name)})
+    return classes, settings
+
+
+SECTIONS, Settings = _build_types()
+
+
+
+def _spellings():
+    top, groups = set(), {}
+    for key in SCHEMA:
+        for spelling in (key.name,) + key.aliases:
+            group, dot, name = spelling.partition(".")
+            (groups.setdefault(group, set()).add(name) if dot else top.add(spelling))
+    return top, groups
+
+
+def unknown_keys(data, path=""):
+    """Dotted names of keys no schema row knows, in one file's data; a group (`shell`,
+    `timeouts`, `retry`) that is not an object is a ConfigError."""
+    top, groups = _spellings()
+    unknown = []
+    for name, value in data.items():
+        if name in top:
+            continue
+        if name in groups:
+            if not isinstance(value, dict):
+                raise ConfigError(f"{name} must be an object", f"{json.dumps(value)} in {path}",
+                                  "group its keys: {\"" + name + "\": {...}}")
+            unknown += [f"{name}.{inner}" for inner in value if inner not in groups[name]]
+        else:
+            unknown.append(name)
+    return sorted(unknown)
+
+
+def check_value(key, value, written, where, flag=False):
+    """`value` typed per the row, or ConfigError (UsageError for a flag) naming `written`."""
+    def bad():
+        shown = value if flag and isinstance(value, str) else json.dumps(value, default=str)
+        if flag:
+            return UsageError(f"{written} {key.requirement()}", shown)
+        return ConfigError(f"{written} {key.requirement()}", f"{shown} in {where}",
+                           "fix the value or remove the key")
+
+    if flag and isinstance(value, str) and key.kind in ("int", "float"):
+        try:
+            value = int(value, 10) if key.kind == "int" else float(value)
+        except ValueError:
+            raise bad() from None
+    if key.kind in ("int", "float"):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise bad()
+        if key.kind == "int":
+            if isinstance(value, float) and not value.is_integer():
+                raise bad()
+            value = int(value)
+        else:
+            value = float(value)
+        if key.minimum is not None and (value <= key.minimum if key.above else value < key.minimum):
+            raise bad()
+        return value
+    if key.kind == "bool":
+        if not isinstance(value, bool):
+            raise bad()
+        return value
+    if key.kind == "choice":
+        if value not in key.choices:
+            raise bad()
+        return value
+    if key.kind == "str":
+        if not isinstance(value, str) or not value.strip():
+            raise bad()
+        return value
+    if key.kind == "paths":
+        if not isinstance(value, (list, tuple)) or not all(isinstance(item, str) for item in value):
+            raise bad()
+        return tuple(value)
+    raise ValueError(f"no single-value check for kind {key.kind}")
