@@ -125,7 +125,9 @@ class ConfigCommandTest(HermeticTestCase):
         for args, message in ((["--max-calls", "0"], "--max-calls must be a whole number >= 1: 0"),
                               (["--max-calls", "-3"], "--max-calls must be a whole number >= 1: -3"),
                               (["--shell-timeout", "0"], "--shell-timeout must be a number > 0: 0")):
-            self.env["OPENAI_API_KEY"] = "sk-test-123456"
+            # Were the flag accepted, the run would fail fast against a closed local port.
+            self.env.update(OPENAI_API_KEY="sk-test-123456", OPENAI_BASE_URL="http://127.0.0.1:9/v1")
+            self.write_config({"retry": {"max_attempts": 1}})
             proc = self.run_tool("nagent", *args, "hello")
             self.assertCleanError(proc, 2, message)
             self.assertFalse(os.path.exists(os.path.join(self.home, ".nagent", "conversations")))
