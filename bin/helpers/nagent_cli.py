@@ -10,6 +10,12 @@ Data contract:
 - `emit_json(data)` writes one JSON document to stdout (nothing else goes to stdout in
   --json mode). `redact(text, secrets)` blanks out secret values in any text.
 - `argument_parser(**kwargs)` is argparse whose usage errors raise UsageError.
+- `read_prompt(words, stdin)` returns (prompt text, source) for argv, piped stdin, or argv
+  text followed by stdin when the last word is "-"; no prompt → UsageError. `current_cwd()` is
+  the working directory, or InputError when it was deleted.
+- Settings flags: `add_setting_flags(parser, names)` adds one flag per config schema row,
+  `provider_overrides(args)` collects the given ones, `load_settings(args)` resolves the
+  settings and prints their warnings (unknown config keys) once.
 - `Spinner` draws on stderr only when stderr is a TTY and NAGENT_NO_SPINNER is unset.
 """
 import json
@@ -18,7 +24,7 @@ import sys
 import threading
 import time
 
-from nagent_errors import EXIT_CODES, NagentError
+from nagent_errors import EXIT_CODES, InputError, NagentError, UsageError
 
 
 def early_description(argv, text):
@@ -78,6 +84,36 @@ def run_main(fn, argv=None):
         report_error(NagentError("internal error", f"{type(error).__name__}: {error}",
                                  "rerun with NAGENT_DEBUG=1 for the traceback and report it"))
         return EXIT_CODES["failure"]
+
+
+def read_stdin(stdin):
+    data = stdin.buffer.read() if hasattr(stdin, "buffer") else stdin.read().encode()
+    return data.decode("utf-8", errors="replace")
+
+
+def read_prompt(words, stdin):
+    if words and words[-1] == "-":
+        head = " ".join(words[:-1]).strip()
+        tail = read_stdin(stdin)
+        text, source = (head + "\n\n" + tail if head else tail), "argv+stdin"
+    elif words:
+        text, source = " ".join(words), "argv"
+    elif stdin is not None and not stdin.isatty():
+        text, source = read_stdin(stdin), "stdin"
+    else:
+        raise UsageError("no prompt", "", 'run nagent "your prompt", pipe one on stdin, or use a '
+                         "lifecycle flag such as --status (see --help)")
+    if not text.strip():
+        raise UsageError("empty prompt", repr(text[:20]), "give the model something to do")
+    return text, source
+
+
+def current_cwd():
+    try:
+        return os.getcwd()
+    except FileNotFoundError:
+        raise InputError("the current directory no longer exists", os.environ.get("PWD", "?"),
+                         "cd to an existing directory")
 
 
 def spinner_enabled(stream=None):

@@ -1,45 +1,15 @@
 """What `bin/nagent` does for a prompt or a lifecycle flag, as functions returning exit codes.
 
 Data contract: `run_prompt(options)` and `run_lifecycle(chosen, options)` take the parsed
-command line as a plain dict, print the human or JSON output, and return the exit code.
-`read_prompt(words, stdin)` returns (prompt text, source) for argv, piped stdin, or argv
-text followed by stdin when the last word is "-"; no prompt → UsageError.
+command line as a plain dict, resolve the settings once (every command reads the config, so a
+malformed one is reported whatever the command), print the human or JSON output, and return
+the exit code. The prompt comes from nagent_cli.read_prompt.
 """
 import os
 import sys
 
-from nagent_cli import emit_json, load_settings, redact, report_error
-from nagent_errors import InputError, NagentError, UsageError
-
-
-def read_stdin(stdin):
-    data = stdin.buffer.read() if hasattr(stdin, "buffer") else stdin.read().encode()
-    return data.decode("utf-8", errors="replace")
-
-
-def read_prompt(words, stdin):
-    if words and words[-1] == "-":
-        head = " ".join(words[:-1]).strip()
-        tail = read_stdin(stdin)
-        text, source = (head + "\n\n" + tail if head else tail), "argv+stdin"
-    elif words:
-        text, source = " ".join(words), "argv"
-    elif stdin is not None and not stdin.isatty():
-        text, source = read_stdin(stdin), "stdin"
-    else:
-        raise UsageError("no prompt", "", 'run nagent "your prompt", pipe one on stdin, or use a '
-                         "lifecycle flag such as --status (see --help)")
-    if not text.strip():
-        raise UsageError("empty prompt", repr(text[:20]), "give the model something to do")
-    return text, source
-
-
-def current_cwd():
-    try:
-        return os.getcwd()
-    except FileNotFoundError:
-        raise InputError("the current directory no longer exists", os.environ.get("PWD", "?"),
-                         "cd to an existing directory")
+from nagent_cli import current_cwd, emit_json, load_settings, read_prompt, redact, report_error
+from nagent_errors import NagentError, UsageError
 
 
 def run_prompt(options):

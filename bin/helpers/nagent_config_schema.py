@@ -23,7 +23,7 @@ Data contract
 """
 import json
 import math
-from dataclasses import dataclass, field, make_dataclass
+from dataclasses import dataclass, field, fields, make_dataclass
 from types import MappingProxyType
 
 from nagent_errors import ConfigError, UsageError
@@ -195,14 +195,31 @@ _PYTYPES = {"int": int, "float": float, "bool": bool, "str": str, "choice": str,
             "map": dict}
 
 
+class _Plain:
+    """repr and == for the generated classes, written once: dataclasses would generate (exec)
+    them per class, which costs several milliseconds at every start-up."""
+
+    def __repr__(self):
+        shown = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in fields(self) if f.repr)
+        return f"{type(self).__name__}({shown})"
+
+    def __eq__(self, other):
+        if type(other) is not type(self):
+            return NotImplemented
+        return all(getattr(self, f.name) == getattr(other, f.name) for f in fields(self) if f.compare)
+
+    __hash__ = None
+
+
 def _build_types():
     sections = {}
     for key in SCHEMA:
         section, name = key.place
         if section:
             sections.setdefault(section, []).append((name, _PYTYPES[key.kind]))
-    classes = {name: make_dataclass(name.capitalize() + "Settings", fields, frozen=True)
-               for name, fields in sections.items()}
+    classes = {name: make_dataclass(name.capitalize() + "Settings", members, bases=(_Plain,),
+                                    frozen=True, eq=False, repr=False)
+               for name, members in sections.items()}
     top = [(key.place[1], object) for key in SCHEMA if key.place[0] == "" and key.name not in FIXED]
 
     def value(self, name):
@@ -214,13 +231,15 @@ def _build_types():
     def source(self, name):
         return self.sources.get(name, Source(DEFAULT))
 
-    fields = ([("provider", object), ("model", str)] + top
-              + [(name, cls) for name, cls in classes.items()]
-              + [("files", tuple, field(default=())),
-                 ("sources", MappingProxyType, field(default_factory=lambda: MappingProxyType({}), compare=False)),
-                 ("warnings", tuple, field(default=())),
-                 ("environ", dict, field(default_factory=dict, compare=False, repr=False))])
-    settings = make_dataclass("Settings", fields, frozen=True,
+    members = ([("provider", object), ("model", str)] + top
+               + [(name, cls) for name, cls in classes.items()]
+               + [("files", tuple, field(default=())),
+                  ("sources", MappingProxyType,
+                   field(default_factory=lambda: MappingProxyType({}), compare=False)),
+                  ("warnings", tuple, field(default=())),
+                  ("environ", dict, field(default_factory=dict, compare=False, repr=False))])
+    settings = make_dataclass("Settings", members, bases=(_Plain,), frozen=True, eq=False,
+                              repr=False,
                               namespace={"value": value, "source": source,
                                          "provider_name": property(lambda self: self.provider.name)})
     return classes, settings

@@ -10,10 +10,10 @@ Data contract: `edit_conversation(path, options, environ=None, cwd=None) -> (dat
   is the separate per-shell id EDIT_INDEX_PID so temp copies never clutter the user's
   `--list-file-edits`, and each run starts a fresh edit conversation; (4) decode and validate
   the copy: it parses, has no torn tail, only known record kinds, no new text outside records,
-  and the context records unchanged; (5) if the
-  conversation is still byte-identical to the snapshot, archive it
-  (nagent_conversation_lifecycle.archive) and write the edited records, renumbered from 1, in
-  its place atomically (link, never over a file that appeared meanwhile).
+  and the context records unchanged; (5) under the conversation's lock, if it is still
+  byte-identical to the snapshot, archive it (nagent_conversation_lifecycle.archive_locked; its
+  checkpoint goes with it) and write the edited records, renumbered from 1, in its place
+  atomically, with a copy of the checkpoint.
 - Any failure (session error, invalid copy, conversation changed meanwhile) leaves the current
   conversation untouched and raises a typed error naming the edited copy, which is kept.
 - Result data: {conversation, archived, edited_copy, edit_session, response, totals, status
@@ -26,9 +26,21 @@ Data contract: `edit_conversation(path, options, environ=None, cwd=None) -> (dat
 """
 import os
 import re
+import stat
+import sys
+import tempfile
 
+import nagent_conversation_lifecycle as lifecycle
+import nagent_file_edit_lib as file_edit
+from nagent_cli import current_cwd, read_prompt
+from nagent_conversation_format import KINDS, encode_records, parse_records
+from nagent_conversation_lock import conversation_lock
+from nagent_conversation_tail import tail_state
 from nagent_errors import EXIT_CODES, InputError, NagentError, RefusedError, UsageError
 from nagent_fs import atomic_write, sha256_bytes
+from nagent_loop import run_agent_loop
+from nagent_session import build_session
+from nagent_write_policy import temp_roots
 
 EDIT_INDEX_PID = "conversation-edit"
 COPY_NAME = "conversation.txt"
@@ -72,8 +84,6 @@ def instruction_text(options):
     instruction = (options.get("edit_conversation") or "").strip()
     words = options.get("prompt") or []
     if words:
-        import sys
-        from nagent_commands import read_prompt
         extra = read_prompt(list(words), sys.stdin)[0].strip()
         instruction = f"{instruction} {extra}".strip() if instruction else extra
     if not instruction:
@@ -82,27 +92,27 @@ def instruction_text(options):
     return instruction
 
 
+def _complete_bytes(path):
+    """(complete-record bytes, mode) of the conversation; the caller holds its lock."""
+    try:
+        with open(path, "rb") as handle:
+            info = os.fstat(handle.fileno())
+            end = tail_state(handle, info.st_size, path)[1]
+            handle.seek(0)
+            return handle.read(end), stat.S_IMODE(info.st_mode)
+    except OSError as error:
+        raise InputError("cannot read conversation", path, error.strerror or str(error)) from None
+
+
 def snapshot(path, lock_timeout):
     """(complete-record bytes, mode) of the conversation, read under its lock."""
-    import stat
-    from nagent_conversation import conversation_lock
-    from nagent_conversation_tail import tail_state
     if not os.path.isfile(path):
         raise InputError("no conversation to edit", path, "run a prompt first")
     with conversation_lock(path, lock_timeout):
-        try:
-            with open(path, "rb") as handle:
-                info = os.fstat(handle.fileno())
-                end = tail_state(handle, info.st_size, path)[1]
-                handle.seek(0)
-                return handle.read(end), stat.S_IMODE(info.st_mode)
-        except OSError as error:
-            raise InputError("cannot read conversation", path, error.strerror or str(error)) from None
+        return _complete_bytes(path)
 
 
 def working_copy(path, data, environ):
-    import tempfile
-    from nagent_write_policy import temp_roots
     roots = temp_roots(environ)
     tmpdir = environ.get("TMPDIR")
     base = os.path.realpath(tmpdir) if tmpdir and os.path.realpath(tmpdir) in roots else roots[0]
@@ -114,9 +124,6 @@ def working_copy(path, data, environ):
 
 
 def run_session(copy, instruction, options, parent, environ, cwd):
-    import nagent_file_edit_lib as file_edit
-    from nagent_loop import run_agent_loop
-    from nagent_session import build_session
     # Always a fresh session: an inode freed by an earlier copy may be reused by this one, and
     # the index (keyed by file id) would otherwise resume that earlier, unrelated edit.
     file_edit.clear_file_edit(copy, EDIT_INDEX_PID, environ)
@@ -139,7 +146,6 @@ def session_error(outcome, copy):
 
 def validate_copy(copy, original):
     """Decoded bytes of the edited copy, or InputError naming it."""
-    from nagent_conversation import KINDS, parse_records
     try:
         with open(copy, "rb") as handle:
             data = decode_copy(handle.read().decode("utf-8", "surrogateescape")).encode(
@@ -172,31 +178,29 @@ def validate_copy(copy, original):
 
 
 def install(path, data, mode, expected_sha, copy, lock_timeout):
-    """Archive the conversation and put `data` in its place; refuses if it changed meanwhile."""
-    import nagent_conversation_lifecycle as lifecycle
-    current, _mode = snapshot(path, lock_timeout)
-    if sha256_bytes(current) != expected_sha:
-        raise RefusedError("conversation changed while it was being edited", path,
-                           f"nothing replaced; the edited copy is {copy}")
-    archived = lifecycle.archive(path, reason="edit", lock_timeout=lock_timeout)
-    try:
-        atomic_write(path, data, mode, exclusive=True)
-    except FileExistsError:
-        raise RefusedError("a new conversation appeared while installing the edit", path,
-                           f"previous version archived at {archived}; the edited copy is {copy}") \
-            from None
-    except OSError as error:
-        raise InputError("cannot write conversation", path,
-                         f"{error.strerror}; previous version archived at {archived}") from None
+    """Under the conversation's lock: refuse if it changed meanwhile, archive it (its checkpoint
+    goes with it) and put `data` in its place with a copy of that checkpoint: the edited records
+    are the same conversation, and the checkpoint's User notes are the user's."""
+    with conversation_lock(path, lock_timeout):
+        current, _mode = _complete_bytes(path)
+        if sha256_bytes(current) != expected_sha:
+            raise RefusedError("conversation changed while it was being edited", path,
+                               f"nothing replaced; the edited copy is {copy}")
+        checkpoint, archived = lifecycle.read_checkpoint(path), None
+        try:
+            archived = lifecycle.archive_locked(path)
+            atomic_write(path, data, mode, exclusive=True)
+            if checkpoint is not None:
+                atomic_write(lifecycle.checkpoint_path(path), checkpoint, 0o600)
+        except OSError as error:
+            raise InputError("cannot write conversation", path,
+                             f"{error.strerror}; previous version archived at {archived}") from None
     return archived
 
 
 def edit_conversation(path, options, environ=None, cwd=None):
-    import nagent_conversation_lifecycle as lifecycle
-    from nagent_conversation import parse_records
     environ = dict(os.environ) if environ is None else environ
     if cwd is None:
-        from nagent_commands import current_cwd
         cwd = current_cwd()
     instruction = instruction_text(options)
     lock_timeout = lifecycle.LOCK_TIMEOUT
@@ -213,7 +217,7 @@ def edit_conversation(path, options, environ=None, cwd=None):
             "records_before": sum(1 for r in original if r.kind != "note"),
             "records_after": sum(1 for r in records if r.kind != "note")}
     if edited != original_bytes:
-        renumbered = lifecycle.encode_records(records)
+        renumbered = encode_records(records)
         data["archived"] = install(path, renumbered, mode, sha256_bytes(original_bytes),
                                    copy, lock_timeout)
         data["status"] = "edited"
