@@ -183,7 +183,7 @@ def add_setting_flags(parser, names):
     """One flag per schema row in `names` (see nagent_config.SCHEMA): its help shows the default
     and the allowed range. Values stay strings here; resolve_settings checks them like config
     values, so a bad flag is one clear error naming the flag and its range."""
-    from nagent_config import KEYS
+    from nagent_config_schema import KEYS
     for name in names:
         key = KEYS[name]
         default = "" if key.default is None or callable(key.default) else f"; default {key.default}"
@@ -202,7 +202,7 @@ def add_provider_flags(parser):
 def provider_overrides(args):
     """The setting flags given on the command line (an argparse namespace or a dict of them),
     keyed by dest, for resolve_settings: only the ones given."""
-    from nagent_config import SCHEMA
+    from nagent_config_schema import SCHEMA
     values = args if isinstance(args, dict) else vars(args)
     return {key.dest: values[key.dest] for key in SCHEMA
             if key.dest and values.get(key.dest) is not None}

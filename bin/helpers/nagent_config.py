@@ -3,8 +3,13 @@
 Data contract
 -------------
 * The settings themselves (names, kinds, defaults, ranges, flags, where each lands in Settings)
-  are the rows of `nagent_config_schema.SCHEMA`; Settings, Source and Price are defined there and
-  re-exported here.
+  are the rows of `nagent_config_schema.SCHEMA`. `Settings` is built from those rows, frozen:
+  provider (the selected ProviderRow), model (str), providers ({name: ProviderRow}), prices
+  ({model: Price}), one frozen section per schema section (timeouts, retry, llm, loop, agents,
+  shell, windows: `settings.loop.max_calls`, `settings.shell.timeout`, ...), files ((layer,
+  path) read, highest first), sources ({key name: Source}), warnings (lines), environ (never
+  printed). `settings.value(name)` / `settings.source(name)` look a setting up by its schema
+  name; `settings.provider_name` is the provider's name.
 * Layers, first wins: command-line flags > the file NAGENT_CONFIG names > ~/.nagent/config.json >
   the row's default. Map rows (`providers`, `prices`) merge across the files entry by entry,
   objects key by key. A provider chosen by flag (other than the one the files choose) brings its
@@ -26,13 +31,91 @@ Data contract
 """
 import json
 import os
+from collections import namedtuple
+from dataclasses import FrozenInstanceError, field, fields, make_dataclass
 from types import MappingProxyType
 
 from nagent_config_schema import (DEFAULT, ENV_FILE, FIXED, FLAG, HOME_FILE, KEYS,  # noqa: F401
-                                  SCHEMA, SECTIONS, Key, Price, Settings, Source, check_value,
-                                  unknown_keys)
+                                  SCHEMA, Key, Price, check_value, unknown_keys)
 from nagent_errors import ConfigError, SetupError
 from nagent_providers import find_row
+
+
+class Source(namedtuple("Source", "layer detail", defaults=("",))):
+    """Where a value came from: layer is FLAG, ENV_FILE, HOME_FILE or DEFAULT; detail the flag as
+    typed or the file's path."""
+    __slots__ = ()
+
+    def __str__(self):
+        # The home file's path is what its label says; a flag or NAGENT_CONFIG needs its detail.
+        return f"{self.layer} {self.detail}" if self.detail and self.layer != HOME_FILE else self.layer
+
+
+_PYTYPES = {"int": int, "float": float, "bool": bool, "str": str, "choice": str, "paths": tuple,
+            "map": dict}
+
+
+class _Plain:
+    """Frozen-after-init, repr and == for the generated classes, written once: dataclasses would
+    generate (exec) them per class, which costs milliseconds at every start-up."""
+
+    def __post_init__(self):
+        object.__setattr__(self, "_sealed", True)
+
+    def __setattr__(self, name, value):
+        if getattr(self, "_sealed", False):
+            raise FrozenInstanceError(f"cannot assign to field {name!r}")
+        object.__setattr__(self, name, value)
+
+    def __delattr__(self, name):
+        raise FrozenInstanceError(f"cannot delete field {name!r}")
+
+    def __repr__(self):
+        shown = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in fields(self) if f.repr)
+        return f"{type(self).__name__}({shown})"
+
+    def __eq__(self, other):
+        if type(other) is not type(self):
+            return NotImplemented
+        return all(getattr(self, f.name) == getattr(other, f.name) for f in fields(self) if f.compare)
+
+    __hash__ = None
+
+
+def _build_types():
+    sections = {}
+    for key in SCHEMA:
+        section, name = key.place
+        if section:
+            sections.setdefault(section, []).append((name, _PYTYPES[key.kind]))
+    classes = {name: make_dataclass(name.capitalize() + "Settings", members, bases=(_Plain,),
+                                    eq=False, repr=False)
+               for name, members in sections.items()}
+    top = [(key.place[1], object) for key in SCHEMA if key.place[0] == "" and key.name not in FIXED]
+
+    def value(self, name):
+        if name == "provider":
+            return self.provider.name
+        section, attr = KEYS[name].place
+        return getattr(getattr(self, section) if section else self, attr)
+
+    def source(self, name):
+        return self.sources.get(name, Source(DEFAULT))
+
+    members = ([("provider", object), ("model", str)] + top
+               + [(name, cls) for name, cls in classes.items()]
+               + [("files", tuple, field(default=())),
+                  ("sources", MappingProxyType,
+                   field(default_factory=lambda: MappingProxyType({}), compare=False)),
+                  ("warnings", tuple, field(default=())),
+                  ("environ", dict, field(default_factory=dict, compare=False, repr=False))])
+    settings = make_dataclass("Settings", members, bases=(_Plain,), eq=False, repr=False,
+                              namespace={"value": value, "source": source,
+                                         "provider_name": property(lambda self: self.provider.name)})
+    return classes, settings
+
+
+SECTIONS, Settings = _build_types()
 
 
 # -- reading the files --------------------------------------------------------------------

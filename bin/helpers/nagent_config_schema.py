@@ -2,7 +2,7 @@
 
 Data contract
 -------------
-* `SCHEMA` has one `Key` row per setting: its name as the user writes it (`max_calls`,
+* `SCHEMA` has one `Key` row (a namedtuple) per setting: its name as the user writes it (`max_calls`,
   `shell.timeout`, `timeouts.read`), other spellings accepted in files (`read_timeout`), its kind
   and default, its allowed range or choices, the command-line flag that sets it (if any), a
   one-line help, and where it lands in Settings: `settings.SECTION.FIELD` (a name "a.b" lands in
@@ -15,55 +15,33 @@ Data contract
 * `check_value(key, value, written, where, flag=False)` types one value or raises ConfigError
   (UsageError for a flag) naming the key as written and its allowed range; `unknown_keys(data)`
   lists the keys of one file's object that no row knows.
-* `Settings` (frozen): provider (ProviderRow), model (str), providers ({name: ProviderRow}),
-  prices ({model: Price}), one frozen section per schema section (timeouts, retry, llm, loop,
-  agents, shell, windows), files ((layer, path) read, highest first), sources ({key name:
-  Source}), warnings (lines), environ. `settings.value(name)` / `settings.source(name)` look a
-  setting up by its schema name; `settings.provider_name` is the provider's name.
+* The frozen Settings type is built from these rows by nagent_config.
 """
 import json
 import math
-from dataclasses import dataclass, field, fields, make_dataclass
+from collections import namedtuple
 from types import MappingProxyType
 
 from nagent_errors import ConfigError, UsageError
-from nagent_providers import ENTRY_FIELDS, all_rows
 
 FLAG, ENV_FILE, HOME_FILE, DEFAULT = "flag", "NAGENT_CONFIG", "~/.nagent/config.json", "default"
 
 
-@dataclass(frozen=True)
-class Source:
-    layer: str          # FLAG, ENV_FILE, HOME_FILE or DEFAULT
-    detail: str = ""    # the flag as typed, or the file's path
-
-    def __str__(self):
-        # The home file's path is what its label says; a flag or NAGENT_CONFIG needs its detail.
-        return f"{self.layer} {self.detail}" if self.detail and self.layer != HOME_FILE else self.layer
+class Price(namedtuple("Price", "input output cache_read cache_write")):
+    """USD per million tokens."""
+    __slots__ = ()
 
 
-@dataclass(frozen=True)
-class Price:
-    input: float
-    output: float
-    cache_read: float
-    cache_write: float
+_KEY_FIELDS = "name kind default help minimum above choices aliases flag section field check"
 
 
-@dataclass(frozen=True)
-class Key:
-    name: str
-    kind: str
-    default: object = None
-    help: str = ""
-    minimum: float | None = None
-    above: bool = False             # strictly greater than `minimum`
-    choices: tuple = ()
-    aliases: tuple = ()
-    flag: str = ""
-    section: str | None = None      # None: from the dotted name; "": a top-level attribute
-    field: str = ""
-    check: object = None            # map kind: check(value, name, warn) -> typed value
+class Key(namedtuple("Key", _KEY_FIELDS, defaults=(None, "", None, False, (), (), "", None, "",
+                                                   None))):
+    """One setting. minimum/above: the lower bound (strict when `above`); section None: from the
+    dotted name, "": a top-level Settings attribute; check: for a map, check(value, name, warn)
+    -> typed value. A namedtuple, not a dataclass: `--help` builds its flags from these rows and
+    must not pay for dataclass generation."""
+    __slots__ = ()
 
     @property
     def place(self):
@@ -100,6 +78,8 @@ def _window_max_default(row):
 
 
 def check_providers(value, name, warn):
+    # Imported here: the provider table is only needed to resolve settings, never for --help.
+    from nagent_providers import ENTRY_FIELDS, all_rows
     if not isinstance(value, dict):
         raise ConfigError(f"{name} must be an object", type(value).__name__)
     for provider, entry in value.items():
@@ -191,61 +171,8 @@ SCHEMA = (
 )
 KEYS = {key.name: key for key in SCHEMA}
 FIXED = ("provider", "model")   # resolved together: Settings.provider (a ProviderRow) and .model
-_PYTYPES = {"int": int, "float": float, "bool": bool, "str": str, "choice": str, "paths": tuple,
-            "map": dict}
 
 
-class _Plain:
-    """repr and == for the generated classes, written once: dataclasses would generate (exec)
-    them per class, which costs several milliseconds at every start-up."""
-
-    def __repr__(self):
-        shown = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in fields(self) if f.repr)
-        return f"{type(self).__name__}({shown})"
-
-    def __eq__(self, other):
-        if type(other) is not type(self):
-            return NotImplemented
-        return all(getattr(self, f.name) == getattr(other, f.name) for f in fields(self) if f.compare)
-
-    __hash__ = None
-
-
-def _build_types():
-    sections = {}
-    for key in SCHEMA:
-        section, name = key.place
-        if section:
-            sections.setdefault(section, []).append((name, _PYTYPES[key.kind]))
-    classes = {name: make_dataclass(name.capitalize() + "Settings", members, bases=(_Plain,),
-                                    frozen=True, eq=False, repr=False)
-               for name, members in sections.items()}
-    top = [(key.place[1], object) for key in SCHEMA if key.place[0] == "" and key.name not in FIXED]
-
-    def value(self, name):
-        if name == "provider":
-            return self.provider.name
-        section, attr = KEYS[name].place
-        return getattr(getattr(self, section) if section else self, attr)
-
-    def source(self, name):
-        return self.sources.get(name, Source(DEFAULT))
-
-    members = ([("provider", object), ("model", str)] + top
-               + [(name, cls) for name, cls in classes.items()]
-               + [("files", tuple, field(default=())),
-                  ("sources", MappingProxyType,
-                   field(default_factory=lambda: MappingProxyType({}), compare=False)),
-                  ("warnings", tuple, field(default=())),
-                  ("environ", dict, field(default_factory=dict, compare=False, repr=False))])
-    settings = make_dataclass("Settings", members, bases=(_Plain,), frozen=True, eq=False,
-                              repr=False,
-                              namespace={"value": value, "source": source,
-                                         "provider_name": property(lambda self: self.provider.name)})
-    return classes, settings
-
-
-SECTIONS, Settings = _build_types()
 
 
 
