@@ -41,12 +41,14 @@ class SettingsTest(HermeticTestCase):
             settings.loop.max_calls = 3  # frozen
 
     def test_grouped_and_flat_spellings_are_one_setting(self):
-        for data in ({"read_timeout": 7}, {"timeouts": {"read": 7}}, {"shell_approval": "deny"},
-                     {"shell": {"approval": "deny"}}):
+        for data in ({"read_timeout": 7}, {"timeouts": {"read": 7}}, {"timeouts.read": 7},
+                     {"shell_approval": "deny"}, {"shell": {"approval": "deny"}},
+                     {"shell.approval": "deny"}):
             self.write_config(data)
             settings = resolve_settings({}, self.env)
             self.assertIn(7.0 if "approval" not in json.dumps(data) else "deny",
                           (settings.timeouts.read, settings.shell.approval))
+            self.assertEqual(settings.warnings, ())
         self.write_config({"read_timeout": 7, "timeouts": {"read": 8}})
         with self.assertRaises(ConfigError) as caught:
             resolve_settings({}, self.env)

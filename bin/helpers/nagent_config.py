@@ -179,10 +179,9 @@ def _lookup(data, key, path):
     found = []
     for spelling in (key.name,) + key.aliases:
         group, dot, name = spelling.partition(".")
-        if not dot:
-            if spelling in data:
-                found.append((spelling, data[spelling]))
-        elif isinstance(data.get(group), dict) and name in data[group]:
+        if spelling in data:  # "max_calls", or a grouped name written flat: "shell.timeout"
+            found.append((spelling, data[spelling]))
+        if dot and isinstance(data.get(group), dict) and name in data[group]:
             found.append((spelling, data[group][name]))
     if len(found) > 1 and any(value != found[0][1] for _, value in found[1:]):
         raise ConfigError(f"{found[0][0]} and {found[1][0]} are the same setting with different "

@@ -181,7 +181,9 @@ def _spellings():
     for key in SCHEMA:
         for spelling in (key.name,) + key.aliases:
             group, dot, name = spelling.partition(".")
-            (groups.setdefault(group, set()).add(name) if dot else top.add(spelling))
+            top.add(spelling)  # a grouped name may also be written flat: {"shell.timeout": 5}
+            if dot:
+                groups.setdefault(group, set()).add(name)
     return top, groups
 
 

@@ -142,9 +142,10 @@ def file_index_path(pid, environ=None):
 
 
 def is_state_name(name):
-    """True for entries of conversations/ that are nagent's own, old layout included."""
+    """True for entries of conversations/ that are nagent's own, old layout included: state dirs,
+    archive/, temp files of atomic writes (".NAME.HEX.tmp"), old-layout torn tails."""
     return (name.startswith(".") or name.endswith(STATE_SUFFIX) or name in RESERVED_NAMES
-            or bool(LEGACY_TORN_RE.search(name)) or ".tmp-" in name)
+            or bool(LEGACY_TORN_RE.search(name)))
 
 
 # -- the old layout -----------------------------------------------------------------------
