@@ -5,7 +5,6 @@ NAME.d/, names are an allowlist, the file-edit index lives outside conversations
 shows each conversation once), 7 (lifecycle commands check everything before changing anything;
 a checkpoint belongs to its conversation and moves with it) and 11 (--save-conversation --force).
 Everything user-facing runs through the real bin/nagent."""
-import json
 import os
 
 from test_loop import NagentRunCase
@@ -151,6 +150,20 @@ class ValidateBeforeChangeTest(StateCase):
         self.make(self.named("whole"), checkpoint="whole goal")
         self.run_ok("--pid", "77", "--branch-conversation", "whole")
         self.assertIn("whole goal", self.checkpoint_of(self.current))
+
+
+    def test_clearing_a_busy_file_edit_conversation_leaves_the_index_alone(self):
+        import nagent_file_edit_lib as file_edit
+        target = self.write_file("a.py", "x = 1\n")
+        record = file_edit.resolve_file_edit(target, "88", self.env)
+        path = self.named(record["conversation"])
+        self.make(path)
+        index = slurp(layout.file_index_path("88", self.env))
+        with ConversationWriter(path):  # a run holds it
+            proc = self.nagent("--file-edit", target, "--pid", "88", "--clear")
+        self.assertCleanError(proc, 7, "busy")
+        self.assertEqual(slurp(layout.file_index_path("88", self.env)), index)
+        self.assertTrue(os.path.exists(path))
 
 
 class CheckpointMovesTest(StateCase):
