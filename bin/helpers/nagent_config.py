@@ -6,7 +6,7 @@ Data contract
   are the rows of `nagent_config_schema.SCHEMA`. `Settings` is built from those rows, frozen:
   provider (the selected ProviderRow), model (str), providers ({name: ProviderRow}), prices
   ({model: Price}), one frozen section per schema section (timeouts, retry, llm, loop, agents,
-  shell, windows: `settings.loop.max_calls`, `settings.shell.timeout`, ...), files ((layer,
+  file_tools, shell, windows: `settings.loop.max_calls`, `settings.shell.timeout`, ...), files ((layer,
   path) read, highest first), sources ({key name: Source}), warnings (lines), environ (never
   printed). `settings.value(name)` / `settings.source(name)` look a setting up by its schema
   name; `settings.provider_name` is the provider's name.
