@@ -1,0 +1,120 @@
+"""nagent-mcp's two commands: list the tools of configured MCP servers, and call one tool.
+
+Data contract:
+- `list_servers(name, environ, timeout) -> (servers, error)`: `servers` is [{name, transport,
+  tools: [nagent_mcp_render.tool_entry], error: str | None, warning: str | None}] for the named server or for all
+  configured ones (sorted by name); `error` is the first NagentError among them (None if all
+  answered), which decides the exit code.
+- `call(name, tool, arguments, environ, timeout, tmpdir=None) -> dict` {server, tool, is_error,
+  text, content, structured_content, warning}: `text` is what the terminal shows (binary content saved
+  to files in `tmpdir`, default the temp dir, paths shown), `content` its JSON form. A tool
+  that reports failure (`isError`) is returned with `is_error` true, not raised.
+- `parse_arguments(text, source)` -> dict: a JSON object, or UsageError.
+- `tool_failure(outcome)` -> the NagentError (exit 1) that reports a failed tool with its message.
+Config comes from `nagent_config.load_config(environ)`; `${VAR}` in a server's entry reads
+`environ`. A stdio server's base environment is the shell actions' scrubbed environment (one
+rule: `nagent_shell.scrubbed_env` with the session's provider-key names), so no provider key
+reaches it unless its own `env` names it explicitly.
+"""
+import json
+
+from nagent_errors import NagentError, UsageError
+
+DEFAULT_TIMEOUT = 60.0
+
+
+class McpToolFailed(NagentError):
+    kind = "failure"
+
+
+def _config(environ):
+    from nagent_config import load_config
+    return load_config(environ)
+
+
+def server_base_env(config, environ):
+    from nagent_session import secret_names
+    from nagent_shell import scrubbed_env
+    return scrubbed_env(environ, secret_names(config))
+
+
+def parse_arguments(text, source="--args"):
+    if text is None or not text.strip():
+        return {}
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise UsageError(f"{source} is not valid JSON", f"{error.msg} at line {error.lineno} column {error.colno}",
+                         "pass a JSON object, e.g. --args '{\"path\": \".\"}'") from None
+    if not isinstance(value, dict):
+        raise UsageError(f"{source} must be a JSON object", type(value).__name__,
+                         "pass the tool's arguments by name, e.g. --args '{\"path\": \".\"}'")
+    return value
+
+
+def _check_timeout(timeout):
+    if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or not timeout > 0:
+        raise UsageError("--timeout must be a positive number of seconds", timeout)
+    return float(timeout)
+
+
+def list_servers(name, environ, timeout=DEFAULT_TIMEOUT):
+    import nagent_mcp_config as mcp_config
+    from nagent_mcp_render import tool_entry
+    timeout = _check_timeout(timeout)
+    config = _config(environ)
+    specs = (mcp_config.find_server(config, name),) if name else mcp_config.parse_servers(config)
+    if not specs:
+        return [], None
+    resolved = [mcp_config.resolve(spec, environ) for spec in specs]
+    from nagent_mcp_client import list_tools
+    answers = list_tools(resolved, server_base_env(config, environ), timeout)
+    servers, first_error = [], None
+    for server, answer in zip(resolved, answers):
+        error = answer["error"]
+        first_error = first_error or error
+        servers.append({"name": answer["name"], "transport": server.spec.transport,
+                        "tools": [tool_entry(tool) for tool in answer["tools"]],
+                        "error": error.line()[len("Error: "):] if error else None,
+                        "warning": answer["warning"] or None})
+    return servers, first_error
+
+
+def _redact_blocks(blocks, secrets):
+    def clean(value):
+        if isinstance(value, str):
+            for secret in secrets:
+                value = value.replace(secret, "[redacted]")
+        return value
+    return [{key: clean(value) for key, value in block.items()} for block in blocks]
+
+
+def call(name, tool, arguments, environ, timeout=DEFAULT_TIMEOUT, tmpdir=None):
+    import nagent_mcp_config as mcp_config
+    from nagent_mcp_render import render_result
+    timeout = _check_timeout(timeout)
+    if not tool or not isinstance(tool, str):
+        raise UsageError("no tool name given", "", "nagent-mcp call SERVER TOOL")
+    config = _config(environ)
+    server = mcp_config.resolve(mcp_config.find_server(config, name), environ)
+    from nagent_mcp_client import call_tool
+    result, warning = call_tool(server, tool, arguments, server_base_env(config, environ), timeout)
+    text, blocks = render_result(result, f"{name}-{tool}", tmpdir)
+    for secret in server.secrets:
+        text = text.replace(secret, "[redacted]")
+    structured = result.get("structuredContent")
+    if structured is not None and server.secrets:
+        encoded = json.dumps(structured, ensure_ascii=False)
+        redacted = encoded
+        for secret in server.secrets:
+            redacted = redacted.replace(secret, "[redacted]")
+        structured = structured if redacted == encoded else redacted
+    return {"server": name, "tool": tool, "is_error": bool(result.get("isError")), "text": text,
+            "content": _redact_blocks(blocks, server.secrets), "structured_content": structured,
+            "warning": warning or None}
+
+
+def tool_failure(outcome):
+    from nagent_mcp_render import error_message
+    message = error_message({"content": [block for block in outcome["content"] if block.get("type") == "text"]})
+    return McpToolFailed("MCP tool failed", f"{outcome['server']}/{outcome['tool']}: {message}")

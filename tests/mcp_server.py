@@ -1,0 +1,125 @@
+#!/usr/bin/env python3
+"""A small MCP server for nagent's tests, written with the official SDK's server API (MCPServer).
+
+usage: mcp_server.py [--http] [--pollute] [--junk] [--exit-at-start]
+
+- default: serves over stdio.
+- --http: serves streamable HTTP on 127.0.0.1 on a free port and prints "PORT <n>" on stdout.
+- --pollute: prints a banner line to stdout before serving (a server that logs to stdout).
+- --junk: not an MCP server at all: prints text to stdout and waits, never answering.
+- --exit-at-start: writes a complaint to stderr and exits 3 before serving.
+
+Tools: echo, describe_path, add, fail, sleep, image, blob, env, crash.
+"""
+import os
+import sys
+import time
+
+PNG_1PX = bytes.fromhex(
+    "89504e470d0a1a0a0000000d4948445200000001000000010806000000"
+    "1f15c4890000000d49444154789c6360f8cfc0f01f0005000201a5d4a5ea0000000049454e44ae426082")
+BLOB = bytes(range(256))
+
+
+def build_server():
+    import anyio
+    from mcp.server.mcpserver import Image, MCPServer
+    from mcp.server.mcpserver.exceptions import ToolError
+
+    server = MCPServer("nagent-test-server")
+
+    @server.tool()
+    def echo(text: str) -> str:
+        """Return the text unchanged.
+
+        A second paragraph the one-line listing must not show."""
+        return text
+
+    @server.tool()
+    def describe_path(path: str, depth: int = 1) -> str:
+        """Describe a path to some depth."""
+        return f"{path} at depth {depth}"
+
+    @server.tool()
+    def add(a: int, b: int) -> int:
+        """Add two integers."""
+        return a + b
+
+    @server.tool()
+    def fail(message: str) -> str:
+        """Always fails with the given message."""
+        raise ToolError(message)
+
+    @server.tool()
+    async def sleep(seconds: float) -> str:
+        """Sleep, then say so."""
+        await anyio.sleep(seconds)
+        return f"slept {seconds}"
+
+    @server.tool()
+    def image() -> Image:
+        """A one-pixel PNG."""
+        return Image(data=PNG_1PX, format="png")
+
+    @server.tool()
+    def blob() -> list:
+        """Some text and an embedded binary resource."""
+        import base64
+        from mcp_types import BlobResourceContents, EmbeddedResource, TextContent
+        return [TextContent(text="here is the blob"),
+                EmbeddedResource(resource=BlobResourceContents(
+                    uri="test://blob.bin", mime_type="application/octet-stream",
+                    blob=base64.b64encode(BLOB).decode()))]
+
+    @server.tool()
+    def env(name: str) -> str:
+        """The value of an environment variable in the server's process, or <unset>."""
+        return os.environ.get(name, "<unset>")
+
+    @server.tool()
+    def crash() -> str:
+        """Exit the server process in the middle of the call."""
+        sys.stderr.write("test server: crashing on purpose\n")
+        sys.stderr.flush()
+        os._exit(7)
+
+    return server
+
+
+def serve_http(server):
+    import socket
+
+    import anyio
+    import uvicorn
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    app = server.streamable_http_app(host="127.0.0.1")
+    config = uvicorn.Config(app, log_level="warning", lifespan="on")
+    sys.stdout.write(f"PORT {sock.getsockname()[1]}\n")
+    sys.stdout.flush()
+    anyio.run(lambda: uvicorn.Server(config).serve(sockets=[sock]))
+
+
+def main(argv):
+    if "--exit-at-start" in argv:
+        sys.stderr.write("test server: missing configuration file /nonexistent/settings.toml\n")
+        return 3
+    if "--junk" in argv:
+        sys.stdout.write("Hello! This program prints a greeting and waits.\n")
+        sys.stdout.flush()
+        time.sleep(3600)
+        return 0
+    if "--pollute" in argv:
+        sys.stdout.write("INFO starting nagent-test-server v1.0 on stdio\n")
+        sys.stdout.flush()
+    server = build_server()
+    if "--http" in argv:
+        serve_http(server)
+    else:
+        server.run("stdio")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
