@@ -9,7 +9,7 @@ usage: mcp_server.py [--http] [--pollute] [--junk] [--exit-at-start]
 - --junk: not an MCP server at all: prints text to stdout and waits, never answering.
 - --exit-at-start: writes a complaint to stderr and exits 3 before serving.
 
-Tools: echo, describe_path, add, fail, sleep, image, blob, env, crash.
+Tools: echo, describe_path, add, fail, sleep, image, blob, env, headers, crash.
 """
 import os
 import sys
@@ -23,7 +23,7 @@ BLOB = bytes(range(256))
 
 def build_server():
     import anyio
-    from mcp.server.mcpserver import Image, MCPServer
+    from mcp.server.mcpserver import Context, Image, MCPServer
     from mcp.server.mcpserver.exceptions import ToolError
 
     server = MCPServer("nagent-test-server")
@@ -52,7 +52,10 @@ def build_server():
 
     @server.tool()
     async def sleep(seconds: float) -> str:
-        """Sleep, then say so."""
+        """Sleep, then say so (writes the server's pid to $MCP_TEST_PIDFILE first, if set)."""
+        if os.environ.get("MCP_TEST_PIDFILE"):
+            with open(os.environ["MCP_TEST_PIDFILE"], "w") as handle:
+                handle.write(str(os.getpid()))
         await anyio.sleep(seconds)
         return f"slept {seconds}"
 
@@ -63,18 +66,25 @@ def build_server():
 
     @server.tool()
     def blob() -> list:
-        """Some text and an embedded binary resource."""
+        """Some text, an image and an embedded binary resource."""
         import base64
         from mcp_types import BlobResourceContents, EmbeddedResource, TextContent
-        return [TextContent(text="here is the blob"),
+        return [TextContent(text="here is the blob"), Image(data=PNG_1PX, format="png").to_image_content(),
                 EmbeddedResource(resource=BlobResourceContents(
                     uri="test://blob.bin", mime_type="application/octet-stream",
                     blob=base64.b64encode(BLOB).decode()))]
 
     @server.tool()
-    def env(name: str) -> str:
-        """The value of an environment variable in the server's process, or <unset>."""
-        return os.environ.get(name, "<unset>")
+    def env(names: list[str]) -> str:
+        """Environment variables of the server's process as NAME=value lines (<unset> if unset)."""
+        return "\n".join(f"{name}={os.environ.get(name, '<unset>')}" for name in names)
+
+    @server.tool()
+    def headers(names: list[str], ctx: Context) -> str:
+        """HTTP request headers as name=value lines (streamable HTTP only; <none> if absent)."""
+        request = ctx.request_context.request  # the HTTP request (a Starlette Request), None on stdio
+        found = request.headers if request is not None else {}
+        return "\n".join(f"{name}={found.get(name, '<none>')}" for name in names)
 
     @server.tool()
     def crash() -> str:

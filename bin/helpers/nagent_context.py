@@ -2,13 +2,14 @@
 
 Data contract:
 - `InitialContext(static, session)`: `static` depends only on the mode ("main" or
-  "file-edit"), the tag grammar and the discovered tool list; it holds no timestamps, pids,
+  "file-edit"), the tag grammar, the discovered tool list and the MCP server names; it holds no timestamps, pids,
   paths, user or host names, so every request of that mode starts with the same bytes.
   `session` holds what varies: UTC date, cwd, user, host, OS, python, shell, TMPDIR, the root
   context text and its problems, and for file-edit mode the target's facts.
-- `build_initial_context(mode, environ, cwd, now, tools, file_edit)` -> InitialContext.
+- `build_initial_context(mode, environ, cwd, now, tools, file_edit, mcp_servers)` -> InitialContext.
   `tools` is discover_tools() output ([{name, description}]); None discovers with the default
-  cache. `file_edit` (required for mode "file-edit") is describe_file_target() output, with
+  cache. `mcp_servers` are configured MCP server names: one sorted line each in `static`
+  (names only, no tool fetch, so start-up stays fast and the prefix stable). `file_edit` (required for mode "file-edit") is describe_file_target() output, with
   `split_index`/`split_segments` filled by the caller for large files.
 - `create_initial_text(ctx)` -> "<initial_context>\n" + static + "\n" + session
   + "</initial_context>\n" (static first, so even the one-text form has a stable prefix).
@@ -120,10 +121,19 @@ def tools_text(tools):
     return "\n".join(lines)
 
 
-def static_text(mode, tools):
+def mcp_text(names):
+    """One line per configured MCP server, sorted; tool lists are fetched on demand, never here."""
+    if not names:
+        return ""
+    lines = ["MCP servers (use their tools through <nagent-shell> with nagent-mcp):"]
+    lines.extend(f"- {name}: run `nagent-mcp --list {name}` for its tools" for name in sorted(names))
+    return "\n".join(lines)
+
+
+def static_text(mode, tools, mcp_servers=()):
     parts = [INTRO[mode], "Reply grammar:\n" + _grammar(), CONTEXT_RULES, WRITE_RULES[mode],
-             SHELL_RULES, tools_text(tools)]
-    return "\n\n".join(parts) + "\n"
+             SHELL_RULES, tools_text(tools), mcp_text(mcp_servers)]
+    return "\n\n".join(part for part in parts if part) + "\n"
 
 
 # -- root context: ~/.nagent/context.md and context.yaml ---------------------------------------
@@ -320,7 +330,7 @@ def session_text(mode, environ, cwd, now, file_edit):
 # -- public API -------------------------------------------------------------------------------
 
 def build_initial_context(mode="main", environ=None, cwd=None, now=None, tools=None,
-                          file_edit=None):
+                          file_edit=None, mcp_servers=()):
     if mode not in MODES:
         raise UsageError("unknown context mode", mode, "use main or file-edit")
     if mode == "file-edit" and not file_edit:
@@ -330,7 +340,7 @@ def build_initial_context(mode="main", environ=None, cwd=None, now=None, tools=N
     if tools is None:
         from nagent_discovery import default_bin_dirs, default_cache_path, discover_tools
         tools = discover_tools(default_bin_dirs(environ), default_cache_path(environ))
-    return InitialContext(static=static_text(mode, tools),
+    return InitialContext(static=static_text(mode, tools, mcp_servers),
                           session=session_text(mode, environ, cwd, now, file_edit))
 
 

@@ -14,10 +14,12 @@ Data contract:
   it never raises (a malformed config is reported by `nagent-mcp`, not at every start), and
   lists only names that `NAME_PATTERN` allows.
 - `expand(text, environ) -> (text, inserted)`: `${VAR}` and `${VAR:-default}` anywhere in a
-  string; an unset variable without a default raises ConfigError. `inserted` are the values
-  that came from the environment (to be redacted from output).
+  string; an unset variable without a default raises ConfigError. `inserted` are the
+  (variable, value) pairs that came from the environment.
 - `resolve(spec, environ) -> Resolved`: the spec with `${VAR}` expanded in command, args, env,
-  url and headers, read from `environ`, plus the inserted values.
+  url and headers, read from `environ`. `secrets` are the inserted values that look secret (the
+  variable's or the env/header key's name says key, token, secret, password, auth or
+  credential), so output and errors can redact them without blanking ordinary paths.
 - `process_env(resolved, base_env) -> dict`: a stdio server's environment: `base_env` (the
   caller passes the shell's scrubbed environment: no provider keys) plus its configured env.
 """
@@ -28,6 +30,7 @@ from nagent_errors import ConfigError, UsageError
 
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
 VAR_PATTERN = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSW|AUTH|CREDENTIAL|COOKIE", re.IGNORECASE)
 HTTP_TYPES = ("http", "streamable-http", "streamable_http", "streamableHttp")
 FIX = "see the README section \"MCP servers\""
 
@@ -137,7 +140,7 @@ def expand(text, environ, where=""):
         if default is not None and not value:
             return default
         if value is not None:
-            inserted.append(value)
+            inserted.append((name, value))
             return value
         raise ConfigError(f"{where or 'value'} uses ${{{name}}}, which is not set", name,
                           f"export {name}=... or write ${{{name}:-default}}")
@@ -150,7 +153,8 @@ def resolve(spec, environ):
 
     def one(text, key):
         value, inserted = expand(text, environ, f"mcp_servers.{spec.name}.{key}")
-        secrets.extend(inserted)
+        secrets.extend(found for name, found in inserted
+                       if SECRET_NAME.search(name) or SECRET_NAME.search(key))
         return value
 
     env = {key: one(value, f"env.{key}") for key, value in spec.env}
