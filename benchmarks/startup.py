@@ -27,7 +27,7 @@ HELP_TARGET = 3.0
 NO_MODEL = (("nagent", "--help"), ("nagent", "--status"), ("nagent", "--list-conversations"),
             ("nagent", "--list-file-edits"), ("nagent-llm-text", "--help"), ("nagent-llm-upload", "--help"),
             ("nagent-file-split", "--help"), ("nagent-file-patch", "--help"), ("nagent-file-edit", "--help"),
-            ("nagent-file-summarize", "--help"))
+            ("nagent-file-summarize", "--help"), ("nagent-mcp", "--help"), ("nagent-mcp", "--description"))
 
 
 def median_ms(argv, env, cwd, runs):
