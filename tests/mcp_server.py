@@ -6,7 +6,8 @@ usage: mcp_server.py [--http] [--pollute] [--junk] [--exit-at-start]
 - default: serves over stdio.
 - --http: serves streamable HTTP on 127.0.0.1 on a free port and prints "PORT <n>" on stdout.
 - --pollute: prints a banner line to stdout before serving (a server that logs to stdout).
-- --junk: not an MCP server at all: prints text to stdout and waits, never answering.
+- --junk: not an MCP server at all: prints text to stdout and waits, never answering (and
+  ignores its stdin closing). It and the sleep tool write their pid to $MCP_TEST_PIDFILE if set.
 - --exit-at-start: writes a complaint to stderr and exits 3 before serving.
 
 Tools: echo, describe_path, add, fail, sleep, image, blob, env, headers, crash.
@@ -19,6 +20,12 @@ PNG_1PX = bytes.fromhex(
     "89504e470d0a1a0a0000000d4948445200000001000000010806000000"
     "1f15c4890000000d49444154789c6360f8cfc0f01f0005000201a5d4a5ea0000000049454e44ae426082")
 BLOB = bytes(range(256))
+
+
+def write_pidfile():
+    if os.environ.get("MCP_TEST_PIDFILE"):
+        with open(os.environ["MCP_TEST_PIDFILE"], "w") as handle:
+            handle.write(str(os.getpid()))
 
 
 def build_server():
@@ -53,9 +60,7 @@ def build_server():
     @server.tool()
     async def sleep(seconds: float) -> str:
         """Sleep, then say so (writes the server's pid to $MCP_TEST_PIDFILE first, if set)."""
-        if os.environ.get("MCP_TEST_PIDFILE"):
-            with open(os.environ["MCP_TEST_PIDFILE"], "w") as handle:
-                handle.write(str(os.getpid()))
+        write_pidfile()
         await anyio.sleep(seconds)
         return f"slept {seconds}"
 
@@ -116,6 +121,7 @@ def main(argv):
         sys.stderr.write("test server: missing configuration file /nonexistent/settings.toml\n")
         return 3
     if "--junk" in argv:
+        write_pidfile()
         sys.stdout.write("Hello! This program prints a greeting and waits.\n")
         sys.stdout.flush()
         time.sleep(3600)

@@ -76,6 +76,8 @@ class ConfigTest(HermeticTestCase):
         self.assertEqual(resolved.env, {"GITHUB_TOKEN": "ghp-secret-value", "DATA": "/home/me/data"})
         # Only secret-looking values are redacted later: a path from ${HOME} stays readable.
         self.assertEqual(resolved.secrets, ("ghp-secret-value",))
+        self.assertEqual(mcp_config.display_url("https://me:pw@host.example:8443/mcp?token=abc#x"),
+                         "https://host.example:8443/mcp")
         self.assertEqual(mcp_config.process_env(resolved, {"PATH": "/bin", "DATA": "old"}),
                          {"PATH": "/bin", "DATA": "/home/me/data", "GITHUB_TOKEN": "ghp-secret-value"})
 

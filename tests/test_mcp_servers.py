@@ -15,7 +15,7 @@ import time
 import unittest
 from concurrent.futures import ThreadPoolExecutor
 
-from base import HermeticTestCase
+from base import BIN, HermeticTestCase
 from test_loop import NagentRunCase
 
 SERVER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "mcp_server.py")
@@ -130,6 +130,26 @@ class StdioServerTest(McpCase):
             "SOME_PLAIN_SETTING=kept"], proc.stderr)
         self.assertNotIn("tok-0123456789", proc.stdout + proc.stderr)
 
+    def wait_for_pid(self, pidfile, timeout=30.0):
+        deadline = time.monotonic() + timeout
+        while not (os.path.exists(pidfile) and os.path.getsize(pidfile)):
+            if time.monotonic() > deadline:
+                self.fail("the test server never wrote its pid")
+            time.sleep(0.05)
+        with open(pidfile) as handle:
+            return int(handle.read())
+
+    def assertGone(self, pid, timeout=8.0):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.05)
+        os.kill(pid, signal.SIGKILL)
+        self.fail("the MCP server outlived nagent-mcp")
+
     def test_timeout_kills_the_server_and_reports_it(self):
         pidfile = os.path.join(self.tmp, "server.pid")
         started = time.monotonic()
@@ -139,18 +159,27 @@ class StdioServerTest(McpCase):
         self.assertCleanError(proc, 5, "MCP server did not answer in time: test: no answer within 1.5 s "
                                        "during tools/call sleep; it was stopped")
         self.assertLess(elapsed, 30)
-        with open(pidfile) as handle:
-            pid = int(handle.read())
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline:
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
-                break
-            time.sleep(0.05)
-        else:
-            os.kill(pid, signal.SIGKILL)
-            self.fail("the timed-out server is still running")
+        self.assertGone(self.wait_for_pid(pidfile))
+
+    def test_sigterm_stops_a_server_that_ignores_its_stdin(self):
+        # nagent's shell timeout SIGTERMs nagent-mcp's process group; the server has its own, and
+        # this one does not exit when its stdin closes: nagent-mcp must stop it on the way out.
+        pidfile = os.path.join(self.tmp, "junk.pid")
+        client = subprocess.Popen([sys.executable, os.path.join(BIN, "nagent-mcp"), "call", "junk", "echo"],
+                                  stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  text=True, env=dict(self.env, MCP_TEST_PIDFILE=pidfile), cwd=self.cwd)
+        try:
+            server = self.wait_for_pid(pidfile)
+            time.sleep(0.5)   # let the client reach its handshake wait
+            client.send_signal(signal.SIGTERM)
+            out, err = client.communicate(timeout=30)
+        finally:
+            if client.poll() is None:
+                client.kill()
+                client.communicate()
+        self.assertEqual(client.returncode, 130, err)
+        self.assertIn("Error: interrupted", err)
+        self.assertGone(server)
 
     def test_crash_start_failure_missing_command_and_stdout_pollution(self):
         crash, dead, missing, noisy, junk = self.mcp_parallel(

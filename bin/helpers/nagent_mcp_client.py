@@ -10,8 +10,8 @@ Data contract (inputs are `nagent_mcp_config.Resolved` servers; outputs are plai
   `isError`, not an exception); `warning` is "" or one line about non-JSON-RPC text on stdout
   from a server that worked anyway.
 - A stdio server runs with `process_env(server, base_env)`, its stderr kept in a temp file
-  (shown only when it fails) and in its own process group; on return, error or timeout the SDK
-  closes its stdin, then SIGTERMs and SIGKILLs the group.
+  (shown only when it fails) and in its own process group; on return, error, timeout, Ctrl-C,
+  SIGTERM or SIGHUP the SDK closes its stdin, then SIGTERMs and SIGKILLs the group.
 Errors: SetupError (command not found / not executable); McpServerError (exit 5: the server did
 not start, exited, timed out, could not be reached or broke the protocol); McpCallError (exit 1:
 the server rejected the tools/call). Messages name the server and the likely cause: text a
@@ -22,7 +22,7 @@ import tempfile
 from contextlib import asynccontextmanager
 
 from nagent_errors import NagentError, SetupError
-from nagent_mcp_config import process_env
+from nagent_mcp_config import display_url, process_env
 
 PIP_LINE = "pip install 'mcp>=2'"
 LIST_PAGE_CAP = 100
@@ -218,7 +218,7 @@ def translate(error, server, watch, timeout):
         return McpServerError("MCP server refused the request", detail(f"{watch.stage}: {message}"), fix)
     module = type(cause).__module__ or ""
     if module.startswith("httpx2"):
-        return McpServerError("cannot reach MCP server", detail(f"{server.url}: {type(cause).__name__}: {cause}"),
+        return McpServerError("cannot reach MCP server", detail(f"{display_url(server.url)}: {type(cause).__name__}: {cause}"),
                               "is the server running, and is the url right?")
     if module.startswith("pydantic"):
         first = str(cause).splitlines()[0] if str(cause) else type(cause).__name__
@@ -254,9 +254,32 @@ def _quiet_sdk_logging():
 
 
 def _run(coroutine_fn):
+    """anyio.run, where SIGTERM and SIGHUP cancel the work like Ctrl-C does: the SDK's shielded
+    shutdown then stops the server (its own process group would outlive a plain kill of us)."""
+    import signal
+    import threading
+
     import anyio
     _quiet_sdk_logging()
-    return anyio.run(coroutine_fn)
+    outcome, stopped = [], []
+
+    async def main():
+        async with anyio.create_task_group() as group:
+            if threading.current_thread() is threading.main_thread():
+                async def on_signal():
+                    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGHUP) as signals:
+                        async for signum in signals:
+                            stopped.append(signum)
+                            group.cancel_scope.cancel()
+                            return
+                group.start_soon(on_signal)
+            outcome.append(await coroutine_fn())
+            group.cancel_scope.cancel()
+
+    anyio.run(main)
+    if stopped or not outcome:
+        raise KeyboardInterrupt
+    return outcome[0]
 
 
 async def _all_tools(client, watch):

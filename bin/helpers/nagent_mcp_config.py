@@ -20,6 +20,7 @@ Data contract:
   url and headers, read from `environ`. `secrets` are the inserted values that look secret (the
   variable's or the env/header key's name says key, token, secret, password, auth or
   credential), so output and errors can redact them without blanking ordinary paths.
+- `display_url(url)`: the url as messages may show it (no userinfo, no query).
 - `process_env(resolved, base_env) -> dict`: a stdio server's environment: `base_env` (the
   caller passes the shell's scrubbed environment: no provider keys) plus its configured env.
 """
@@ -166,6 +167,19 @@ def resolve(spec, environ):
     if spec.transport == "http" and not resolved.url.startswith(("http://", "https://")):
         raise ConfigError(f"mcp_servers.{spec.name}.url must be an http(s) URL", "after ${VAR} expansion", FIX)
     return resolved
+
+
+def display_url(url):
+    """scheme://host[:port]/path: no user:password@ and no query, which may carry credentials."""
+    from urllib.parse import urlsplit
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:
+        return "(unparsable url)"
+    host = f"[{host}]" if ":" in host else host
+    return f"{parts.scheme}://{host}{port}{parts.path}"
 
 
 def process_env(resolved, base_env):
