@@ -18,13 +18,9 @@ reaches it unless its own `env` names it explicitly.
 """
 import json
 
-from nagent_errors import NagentError, UsageError
+from nagent_errors import UsageError
 
 DEFAULT_TIMEOUT = 60.0
-
-
-class McpToolFailed(NagentError):
-    kind = "failure"
 
 
 def _config(environ):
@@ -115,6 +111,7 @@ def call(name, tool, arguments, environ, timeout=DEFAULT_TIMEOUT, tmpdir=None):
 
 
 def tool_failure(outcome):
+    from nagent_mcp_client import McpCallError
     from nagent_mcp_render import error_message
     message = error_message({"content": [block for block in outcome["content"] if block.get("type") == "text"]})
-    return McpToolFailed("MCP tool failed", f"{outcome['server']}/{outcome['tool']}: {message}")
+    return McpCallError("MCP tool failed", f"{outcome['server']}/{outcome['tool']}: {message}")

@@ -18,6 +18,7 @@ the server rejected the tools/call). Messages name the server and the likely cau
 stdio server printed to stdout that is not JSON-RPC is quoted (it probably logs to stdout), and
 the end of its stderr is shown. Values `${VAR}` expansion inserted are redacted from messages.
 """
+import json
 import tempfile
 from contextlib import asynccontextmanager
 
@@ -107,11 +108,10 @@ def _bad_line(error):
     if callable(errors):
         try:
             value = errors()[0].get("input")
-            if isinstance(value, str):
-                return value[:120]
-        except (IndexError, TypeError, AttributeError):
+            return (value if isinstance(value, str) else json.dumps(value, default=str))[:120]
+        except (IndexError, TypeError, AttributeError, ValueError):
             pass
-    return f"{type(error).__name__}: {error}"[:120]
+    return " ".join(f"{type(error).__name__}: {error}".split())[:120]
 
 
 @asynccontextmanager
