@@ -203,12 +203,16 @@ class StdioServerTest(McpCase):
     def test_list_all_keeps_going_past_failing_servers(self):
         config = servers_config()
         del config["mcp_servers"]["junk"]
+        config["mcp_servers"]["unset"] = stdio_entry(TOKEN="${MCP_TEST_NEVER_SET}")
         self.write_config(config)
         proc = self.mcp("--list")
         self.assertCleanError(proc, 5, "MCP server exited: dead")    # the first failure, by name
         lines = proc.stdout.splitlines()
         self.assertTrue(lines[0].startswith("dead: error: MCP server exited"), lines)
         self.assertTrue(lines[1].startswith("missing: error: MCP server command not found"), lines)
+        self.assertIn("unset: error: mcp_servers.unset.env.TOKEN uses ${MCP_TEST_NEVER_SET}, which is not set: "
+                      "MCP_TEST_NEVER_SET (export MCP_TEST_NEVER_SET=... or write ${MCP_TEST_NEVER_SET:-default})",
+                      lines)
         self.assertIn("noisy (10 tools)", lines)
         self.assertIn("test (10 tools)", lines)
         self.assertIn("Warning: MCP server noisy printed", proc.stderr)

@@ -56,20 +56,29 @@ def _check_timeout(timeout):
 
 def list_servers(name, environ, timeout=DEFAULT_TIMEOUT):
     import nagent_mcp_config as mcp_config
+    from nagent_errors import ConfigError
     from nagent_mcp_render import tool_entry
     timeout = _check_timeout(timeout)
     config = _config(environ)
     specs = (mcp_config.find_server(config, name),) if name else mcp_config.parse_servers(config)
     if not specs:
         return [], None
-    resolved = [mcp_config.resolve(spec, environ) for spec in specs]
-    from nagent_mcp_client import list_tools
-    answers = list_tools(resolved, server_base_env(config, environ), timeout)
+    resolved, answers = [], {}
+    for spec in specs:   # an unset ${VAR} in one entry does not hide the other servers
+        try:
+            resolved.append(mcp_config.resolve(spec, environ))
+        except ConfigError as error:
+            answers[spec.name] = {"tools": [], "error": error, "warning": ""}
+    if resolved:
+        from nagent_mcp_client import list_tools
+        for answer in list_tools(resolved, server_base_env(config, environ), timeout):
+            answers[answer["name"]] = answer
     servers, first_error = [], None
-    for server, answer in zip(resolved, answers):
+    for spec in specs:
+        answer = answers[spec.name]
         error = answer["error"]
         first_error = first_error or error
-        servers.append({"name": answer["name"], "transport": server.spec.transport,
+        servers.append({"name": spec.name, "transport": spec.transport,
                         "tools": [tool_entry(tool) for tool in answer["tools"]],
                         "error": error.line()[len("Error: "):] if error else None,
                         "warning": answer["warning"] or None})
