@@ -139,6 +139,16 @@ class StdioServerTest(McpCase):
         with open(pidfile) as handle:
             return int(handle.read())
 
+    @staticmethod
+    def kill_if_alive(pid):
+        """SIGKILL the test server if it still runs (checked by its command line: pids get reused)."""
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                if SERVER.encode() in handle.read():
+                    os.kill(pid, signal.SIGKILL)
+        except (FileNotFoundError, ProcessLookupError):
+            pass
+
     def assertGone(self, pid, timeout=8.0):
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -159,7 +169,9 @@ class StdioServerTest(McpCase):
         self.assertCleanError(proc, 5, "MCP server did not answer in time: test: no answer within 1.5 s "
                                        "during tools/call sleep; it was stopped")
         self.assertLess(elapsed, 30)
-        self.assertGone(self.wait_for_pid(pidfile))
+        server = self.wait_for_pid(pidfile)
+        self.addCleanup(self.kill_if_alive, server)
+        self.assertGone(server)
 
     def test_sigterm_stops_a_server_that_ignores_its_stdin(self):
         # nagent's shell timeout SIGTERMs nagent-mcp's process group; the server has its own, and
@@ -170,6 +182,7 @@ class StdioServerTest(McpCase):
                                   text=True, env=dict(self.env, MCP_TEST_PIDFILE=pidfile), cwd=self.cwd)
         try:
             server = self.wait_for_pid(pidfile)
+            self.addCleanup(self.kill_if_alive, server)   # a failed assertion must not leak it
             time.sleep(0.5)   # let the client reach its handshake wait
             client.send_signal(signal.SIGTERM)
             out, err = client.communicate(timeout=30)
@@ -177,9 +190,9 @@ class StdioServerTest(McpCase):
             if client.poll() is None:
                 client.kill()
                 client.communicate()
+        self.assertGone(server)
         self.assertEqual(client.returncode, 130, err)
         self.assertIn("Error: interrupted", err)
-        self.assertGone(server)
 
     def test_crash_start_failure_missing_command_and_stdout_pollution(self):
         crash, dead, missing, noisy, junk = self.mcp_parallel(
