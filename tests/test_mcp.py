@@ -24,12 +24,11 @@ class ConfigTest(HermeticTestCase):
             "web": {"type": "http", "url": "https://example.invalid/mcp", "headers": {"A": "b"}},
             "git": {"command": "uvx", "args": ["mcp-server-git"], "env": {"X": "${HOME}"},
                     "autoApprove": ["ignored"]}}}
-        specs = mcp_config.parse_servers(config)
+        specs = mcp_config.parse_servers(config["mcp_servers"])
         self.assertEqual([spec.name for spec in specs], ["git", "web"])
         self.assertEqual((specs[0].transport, specs[0].command, specs[0].args, specs[0].env),
                          ("stdio", "uvx", ("mcp-server-git",), (("X", "${HOME}"),)))
         self.assertEqual((specs[1].transport, specs[1].url), ("http", "https://example.invalid/mcp"))
-        self.assertEqual(mcp_config.server_names(config), ("git", "web"))
         self.assertEqual(mcp_config.parse_servers({}), ())
 
     def test_malformed_entries_are_config_errors_naming_the_entry(self):
@@ -47,15 +46,12 @@ class ConfigTest(HermeticTestCase):
         for name, entry in bad.items():
             with self.subTest(name=name):
                 with self.assertRaises(ConfigError) as caught:
-                    mcp_config.parse_servers({"mcp_servers": {name: entry}})
+                    mcp_config.parse_servers({name: entry})
                 self.assertIn(name if name != "bad name!" else "server name", caught.exception.line())
         with self.assertRaises(ConfigError):
-            mcp_config.parse_servers({"mcp_servers": ["not", "an", "object"]})
-        # The context listing is lenient: it never stops a run, and lists only safe names.
-        self.assertEqual(mcp_config.server_names({"mcp_servers": ["x"]}), ())
-        self.assertEqual(mcp_config.server_names({"mcp_servers": {"ok": {}, "no\nnewline": {}}}), ("ok",))
+            mcp_config.parse_servers(["not", "an", "object"])
         with self.assertRaises(UsageError) as caught:
-            mcp_config.find_server({"mcp_servers": {"a": {"command": "x"}}}, "b")
+            mcp_config.find_server(mcp_config.parse_servers({"a": {"command": "x"}}), "b")
         self.assertIn("configured: a", caught.exception.line())
 
     def test_var_expansion_defaults_errors_and_secrets(self):

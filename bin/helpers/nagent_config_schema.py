@@ -111,6 +111,13 @@ def check_prices(value, name, warn):
     return MappingProxyType(prices)
 
 
+def check_mcp_servers(value, name, warn):
+    if not value:
+        return ()
+    from nagent_mcp_config import parse_servers  # only configs that name servers pay for it
+    return parse_servers(value)
+
+
 SCHEMA = (
     Key("provider", "str", "openai", "provider name or alias (see the README's provider table)",
         flag="--provider", section=""),
@@ -168,6 +175,8 @@ SCHEMA = (
         section="windows", field="side_threshold"),
     Key("prices", "map", {}, "USD per million tokens: {input, output, cache_read, cache_write}",
         section="", check=check_prices),
+    Key("mcp_servers", "map", {}, "MCP servers for nagent-mcp: {NAME: {command, args, env} or {url, "
+        "headers}}", section="", check=check_mcp_servers),
 )
 KEYS = {key.name: key for key in SCHEMA}
 FIXED = ("provider", "model")   # resolved together: Settings.provider (a ProviderRow) and .model

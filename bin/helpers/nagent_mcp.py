@@ -11,8 +11,8 @@ Data contract:
   that reports failure (`isError`) is returned with `is_error` true, not raised.
 - `parse_arguments(text, source)` -> dict: a JSON object, or UsageError.
 - `tool_failure(outcome)` -> the NagentError (exit 1) that reports a failed tool with its message.
-Config comes from `nagent_config.load_config(environ)`; `${VAR}` in a server's entry reads
-`environ`. A stdio server's base environment is the shell actions' scrubbed environment (one
+Config comes from the resolved settings (`Settings.mcp_servers`, checked by the schema);
+`${VAR}` in a server's entry reads `environ`. A stdio server's base environment is the shell actions' scrubbed environment (one
 rule: `nagent_shell.scrubbed_env` with the session's provider-key names), so no provider key
 reaches it unless its own `env` names it explicitly.
 """
@@ -23,15 +23,15 @@ from nagent_errors import UsageError
 DEFAULT_TIMEOUT = 60.0
 
 
-def _config(environ):
-    from nagent_config import load_config
-    return load_config(environ)
+def _settings(environ):
+    from nagent_config import resolve_settings
+    return resolve_settings({}, environ)
 
 
-def server_base_env(config, environ):
+def server_base_env(settings, environ):
     from nagent_session import secret_names
     from nagent_shell import scrubbed_env
-    return scrubbed_env(environ, secret_names(config))
+    return scrubbed_env(environ, secret_names(settings.providers))
 
 
 def parse_arguments(text, source="--args"):
@@ -59,8 +59,8 @@ def list_servers(name, environ, timeout=DEFAULT_TIMEOUT):
     from nagent_errors import ConfigError
     from nagent_mcp_render import tool_entry
     timeout = _check_timeout(timeout)
-    config = _config(environ)
-    specs = (mcp_config.find_server(config, name),) if name else mcp_config.parse_servers(config)
+    settings = _settings(environ)
+    specs = (mcp_config.find_server(settings.mcp_servers, name),) if name else settings.mcp_servers
     if not specs:
         return [], None
     resolved, answers = [], {}
@@ -71,7 +71,7 @@ def list_servers(name, environ, timeout=DEFAULT_TIMEOUT):
             answers[spec.name] = {"tools": [], "error": error, "warning": ""}
     if resolved:
         from nagent_mcp_client import list_tools
-        for answer in list_tools(resolved, server_base_env(config, environ), timeout):
+        for answer in list_tools(resolved, server_base_env(settings, environ), timeout):
             answers[answer["name"]] = answer
     servers, first_error = [], None
     for spec in specs:
@@ -100,10 +100,10 @@ def call(name, tool, arguments, environ, timeout=DEFAULT_TIMEOUT, tmpdir=None):
     timeout = _check_timeout(timeout)
     if not tool or not isinstance(tool, str):
         raise UsageError("no tool name given", "", "nagent-mcp call SERVER TOOL")
-    config = _config(environ)
-    server = mcp_config.resolve(mcp_config.find_server(config, name), environ)
+    settings = _settings(environ)
+    server = mcp_config.resolve(mcp_config.find_server(settings.mcp_servers, name), environ)
     from nagent_mcp_client import call_tool
-    result, warning = call_tool(server, tool, arguments, server_base_env(config, environ), timeout)
+    result, warning = call_tool(server, tool, arguments, server_base_env(settings, environ), timeout)
     text, blocks = render_result(result, f"{name}-{tool}", tmpdir)
     for secret in server.secrets:
         text = text.replace(secret, "[redacted]")

@@ -8,11 +8,10 @@ Data contract:
   refused (not supported). Unknown keys are ignored, so entries copied from other clients work.
 - `ServerSpec` is one entry as written: name, transport (`stdio` | `http`), command, args,
   env pairs, url, header pairs. Values are kept unexpanded, so a spec never holds a secret.
-- `parse_servers(config) -> tuple[ServerSpec]` sorted by name; `find_server(config, name)`.
+- `parse_servers(section) -> tuple[ServerSpec]` sorted by name, from the `mcp_servers` object
+  (the config schema's row calls it, so Settings.mcp_servers holds the specs and a malformed
+  entry is reported by every command that reads the config); `find_server(specs, name)`.
   Both raise ConfigError naming the entry and the problem; an unknown name is a UsageError.
-- `server_names(config) -> tuple[str]`: the sorted names for the initial context. Lenient:
-  it never raises (a malformed config is reported by `nagent-mcp`, not at every start), and
-  lists only names that `NAME_PATTERN` allows.
 - `expand(text, environ) -> (text, inserted)`: `${VAR}` and `${VAR:-default}` anywhere in a
   string; an unset variable without a default raises ConfigError. `inserted` are the
   (variable, value) pairs that came from the environment.
@@ -58,8 +57,7 @@ class Resolved:
     secrets: tuple                  # values ${VAR} expansion inserted
 
 
-def _section(config):
-    section = (config or {}).get("mcp_servers")
+def _section(section):
     if section is None:
         return {}
     if not isinstance(section, dict):
@@ -111,25 +109,17 @@ def parse_server(name, entry):
                       headers=_strings(name, "headers", entry.get("headers") or {}, "dict"))
 
 
-def parse_servers(config):
-    section = _section(config)
+def parse_servers(section):
+    section = _section(section)
     return tuple(parse_server(name, section[name]) for name in sorted(section, key=str))
 
 
-def find_server(config, name):
-    section = _section(config)
-    if name not in section:
-        known = ", ".join(sorted(map(str, section))) or "none configured"
-        raise UsageError("unknown MCP server", name, f"configured: {known}")
-    return parse_server(name, section[name])
-
-
-def server_names(config):
-    try:
-        section = _section(config)
-    except ConfigError:
-        return ()
-    return tuple(sorted(name for name in section if isinstance(name, str) and NAME_PATTERN.match(name)))
+def find_server(specs, name):
+    for spec in specs:
+        if spec.name == name:
+            return spec
+    known = ", ".join(spec.name for spec in specs) or "none configured"
+    raise UsageError("unknown MCP server", name, f"configured: {known}")
 
 
 def expand(text, environ, where=""):

@@ -22,7 +22,6 @@ from nagent_config import api_key_for, expand_env_reference, resolve_settings
 import nagent_conversation_layout as layout
 from nagent_errors import SetupError
 from nagent_fs import regular_file_stat
-from nagent_mcp_config import server_names
 from nagent_write_policy import WriteMode
 
 
@@ -188,7 +187,7 @@ def build_session(options, environ, cwd, settings=None):
         facts = file_edit_facts(record, nagent_context, action_context) if record else None
         return nagent_context.build_initial_context(
             mode="file-edit" if record else "main", environ=environ, cwd=cwd, file_edit=facts,
-            mcp_servers=server_names(config))
+            mcp_servers=tuple(spec.name for spec in settings.mcp_servers))
 
     meta = {"invocation": options.get("invocation") or "user"}
     if options.get("parent_conversation"):
