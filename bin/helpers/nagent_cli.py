@@ -188,7 +188,8 @@ def add_setting_flags(parser, names):
         key = KEYS[name]
         default = "" if key.default is None or callable(key.default) else f"; default {key.default}"
         rule = "" if key.kind in ("choice", "str") else "; " + key.requirement()[len("must be "):]
-        metavar = {"int": "N", "float": "SECONDS" if "timeout" in name else "N"}.get(key.kind, "NAME")
+        metavar = {"int": "N", "float": "SECONDS" if "timeout" in name else "N"}.get(
+            key.kind, "CMD" if name.startswith("hooks.") else "NAME")
         parser.add_argument(key.flag, choices=key.choices or None,
                             metavar=None if key.choices else metavar,
                             help=f"{key.help} (config {name}{default}{rule})")

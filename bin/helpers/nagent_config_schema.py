@@ -177,6 +177,22 @@ SCHEMA = (
         section="", check=check_prices),
     Key("mcp_servers", "map", {}, "MCP servers for nagent-mcp: {NAME: {command, args, env} or {url, "
         "headers}}", section="", check=check_mcp_servers),
+    Key("context.user", "bool", True, "read ~/.nagent/context.md and context.yaml"),
+    Key("context.project", "bool", True, "read the project's AGENTS.md (else CLAUDE.md), its "
+        ".nagent/context.md|yaml and the nearest nested AGENTS.md"),
+    Key("context.directory", "bool", True, "read the nearest AGENTS.md between the working "
+        "directory and the project root"),
+    Key("context.max_bytes", "int", 32 * 1024, "size limit of each project or directory context "
+        "layer, bytes", 1024),
+    Key("skills", "bool", True, "list skills (~/.nagent/skills, <project>/.nagent/skills) in the "
+        "context", section="context", field="skills"),
+    Key("hooks.response", "str", None, "command that must accept a final response (exit 0) "
+        "before it is printed", flag="--hook-per-response"),
+    Key("hooks.action", "str", None, "policy command run before each action: exit 0 allows, "
+        "2 refuses"),
+    Key("hooks.timeout", "float", 120.0, "seconds a hook may run", 0, True),
+    Key("max_gate_refusals", "int", 3, "refusals by the response hook before the run stops", 1,
+        aliases=("hooks.max_gate_refusals",), section="hooks", field="max_gate_refusals"),
 )
 KEYS = {key.name: key for key in SCHEMA}
 FIXED = ("provider", "model")   # resolved together: Settings.provider (a ProviderRow) and .model
