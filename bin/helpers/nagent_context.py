@@ -1,43 +1,46 @@
 """The initial context a conversation starts from, split for provider prompt caching.
 
 Data contract:
-- `InitialContext(static, session)`: `static` depends only on the mode ("main" or
-  "file-edit"), the tag grammar, the discovered tool list and the MCP server names; it holds no timestamps, pids,
-  paths, user or host names, so every request of that mode starts with the same bytes.
-  `session` holds what varies: UTC date, cwd, user, host, OS, python, shell, TMPDIR, the root
-  context text and its problems, and for file-edit mode the target's facts.
-- `build_initial_context(mode, environ, cwd, now, tools, file_edit, mcp_servers)` -> InitialContext.
-  `tools` is discover_tools() output ([{name, description}]); None discovers with the default
-  cache. `mcp_servers` are configured MCP server names: one sorted line each in `static`
-  (names only, no tool fetch, so start-up stays fast and the prefix stable). `file_edit` (required for mode "file-edit") is describe_file_target() output, with
-  `split_index`/`split_segments` filled by the caller for large files.
+- `InitialContext(static, session, files, warnings)`: `static` depends only on the mode ("main"
+  or "file-edit"), the tag grammar, the discovered tool list (nagent's own bin/ and
+  ~/.nagent/bin) and the MCP server names; it holds no timestamps, pids, paths, user or host
+  names, nor anything of the project, so every request of that mode starts with the same bytes.
+  `session` holds what varies, in this fixed order: the session facts (UTC date, cwd, user,
+  host, OS, python, shell, TMPDIR, the project root and git branch: nagent_project), for
+  file-edit mode the target's facts, the context layers user, project, directory
+  (nagent_context_layers), the skills list (nagent_skills), and the project's tools (described
+  only when trusted: nagent_trust). `files` are the context files read ({"layer", "path",
+  "bytes", "cut"}); `warnings` lines for the user (project tools not run). `meta` is what the
+  conversation's meta record keeps.
+- `build_initial_context(mode, environ, cwd, now, tools, file_edit, mcp_servers, options)` ->
+  InitialContext. `tools` is discover_tools() output ([{name, description}]); None discovers
+  with the default cache. `mcp_servers` are configured MCP server names: one sorted line each in
+  `static` (names only, no tool fetch, so start-up stays fast and the prefix stable).
+  `file_edit` (required for mode "file-edit") is describe_file_target() output, with
+  `split_index`/`split_segments` filled by the caller for large files. `options` is
+  settings.context (user, project, directory, max_bytes, skills); None: all on.
+  `context.project` off leaves out everything read from the repository (project and
+  directory layers, project skills, project tools); the git facts stay.
 - `create_initial_text(ctx)` -> "<initial_context>\n" + static + "\n" + session
   + "</initial_context>\n" (static first, so even the one-text form has a stable prefix).
 - `describe_file_target(path, environ)` -> {target, size, sha256, language, git_log,
   split_index: None, split_segments: []}; raises InputError for a missing or non-regular file.
-- `load_root_context(environ)` -> (text, problems): ~/.nagent/context.md verbatim, then the
-  documents listed by ~/.nagent/context.yaml (a list of paths or {paths: [...]}). A listed path
-  is a file (a .yaml/.yml file is itself a context list, expanded recursively) or a directory
-  (its regular files, sorted, not recursive); relative paths resolve against the listing file,
-  ~ against HOME. Each document appears once (visited realpaths, so cycles end). Missing,
-  unreadable or malformed entries become `problems` lines, never errors. The text is capped at
-  256 KiB (a problem line notes the cut).
+- `load_root_context(environ)` -> (text, problems) of the user layer alone.
 """
 import os
 import sys
 import time
 from dataclasses import dataclass
 
+from nagent_context_layers import load_layers, render_layers, user_layer
 from nagent_errors import InputError, UsageError
 from nagent_fs import sha256_file
+from nagent_project import GIT_TIMEOUT, find_project, git_command, git_environ, git_marker_dir
 from nagent_write_policy import temp_root_problem
 
 MODES = ("main", "file-edit")
 READ_LIMIT_KIB = 64
 GIT_LOG_COUNT = 5
-GIT_TIMEOUT = 2.0
-ROOT_CONTEXT_CAP = 256 * 1024
-YAML_SUFFIXES = (".yaml", ".yml")
 
 LANGUAGES = {
     ".py": "Python", ".pyi": "Python", ".js": "JavaScript", ".mjs": "JavaScript",
@@ -57,6 +60,13 @@ LANGUAGE_NAMES = {"Makefile": "Makefile", "makefile": "Makefile", "Dockerfile": 
 class InitialContext:
     static: str
     session: str
+    files: tuple = ()      # the context files read: {"layer", "path", "bytes", "cut"}
+    warnings: tuple = ()   # lines for the user (untrusted project tools)
+
+    @property
+    def meta(self):
+        """What the conversation's meta record keeps about this context (for --status)."""
+        return {"context_files": [dict(item) for item in self.files]}
 
 
 # -- static part: the same bytes for every conversation of a mode -----------------------------
@@ -79,6 +89,9 @@ CONTEXT_RULES = f"""Context rules:
 which splits them and returns the segment index.
 - Delegate noisy exploration (wide searches, long logs, many files) to <nagent-agent>: only its \
 final answer comes back, so this conversation stays small.
+- The session part below may add context layers read from files (user, project, directory; \
+a later layer is more specific), a list of skills (read a skill's SKILL.md before following it) \
+and the project's own tools. A layer cut at its size limit says how to read the rest.
 - One step at a time; keep replies short. Do not repeat an action that just failed the same \
 way: change the approach, or explain the problem in <nagent-response>."""
 
@@ -138,105 +151,11 @@ def static_text(mode, tools, mcp_servers=()):
 
 # -- root context: ~/.nagent/context.md and context.yaml ---------------------------------------
 
-def _expand_home(path, home):
-    if path == "~" or path.startswith("~/"):
-        return home + path[1:]
-    return os.path.expanduser(path)
-
-
-class _RootContextLoader:
-    """One load: visited realpaths, collected documents, problems and the size budget."""
-
-    def __init__(self, home):
-        self.home = home
-        self.visited = set()
-        self.documents = []
-        self.problems = []
-        self.used = 0
-        self.full = False
-
-    def add_document(self, path):
-        try:
-            with open(path, "rb") as handle:
-                data = handle.read(ROOT_CONTEXT_CAP + 1)
-        except OSError as error:
-            self.problems.append(f"unreadable: {path} ({error.strerror or error})")
-            return
-        if self.used + len(data) > ROOT_CONTEXT_CAP:
-            data = data[:ROOT_CONTEXT_CAP - self.used]
-            self.full = True
-            self.problems.append(f"root context capped at {ROOT_CONTEXT_CAP // 1024} KiB: "
-                                 f"{path} cut, later documents skipped")
-        self.used += len(data)
-        text = data.decode("utf-8", "replace").rstrip("\n")
-        self.documents.append(f"=== {path} ===\n{text}")
-
-    def load_list(self, path):
-        import yaml  # only paid when a yaml context file exists
-        try:
-            with open(path, encoding="utf-8") as handle:
-                data = yaml.safe_load(handle)
-        except OSError as error:
-            self.problems.append(f"unreadable: {path} ({error.strerror or error})")
-            return
-        except (yaml.YAMLError, UnicodeDecodeError) as error:
-            first = str(error).splitlines()[0] if str(error) else type(error).__name__
-            self.problems.append(f"malformed context list: {path} ({first})")
-            return
-        if isinstance(data, dict) and isinstance(data.get("paths"), list):
-            entries = data["paths"]
-        elif isinstance(data, list):
-            entries = data
-        elif data is None:
-            entries = []
-        else:
-            self.problems.append(f"malformed context list: {path} "
-                                 "(expected a list of paths or {paths: [...]})")
-            return
-        base = os.path.dirname(path)
-        for entry in entries:
-            if not isinstance(entry, str) or not entry.strip():
-                self.problems.append(f"not a path in {path}: {entry!r}")
-                continue
-            self.include(os.path.join(base, _expand_home(entry.strip(), self.home)))
-
-    def include(self, path, as_list=None):
-        if self.full:
-            return
-        real = os.path.realpath(path)
-        if real in self.visited:
-            return
-        if not os.path.exists(real):
-            self.problems.append(f"missing: {path}")
-            return
-        self.visited.add(real)
-        if os.path.isdir(real):
-            try:
-                names = sorted(os.listdir(real))
-            except OSError as error:
-                self.problems.append(f"unreadable: {path} ({error.strerror or error})")
-                return
-            for name in names:
-                child = os.path.join(real, name)
-                if not name.startswith(".") and os.path.isfile(child):
-                    self.include(child)
-        elif as_list or (as_list is None and real.lower().endswith(YAML_SUFFIXES)):
-            self.load_list(real)
-        else:
-            self.add_document(real)
-
-
 def load_root_context(environ=None):
+    """(text, problems) of the user layer alone (see nagent_context_layers.user_layer)."""
     environ = os.environ if environ is None else environ
-    home = environ.get("HOME") or os.path.expanduser("~")
-    loader = _RootContextLoader(home)
-    root = os.path.join(home, ".nagent")
-    markdown, listing = os.path.join(root, "context.md"), os.path.join(root, "context.yaml")
-    if os.path.exists(markdown):
-        loader.include(markdown, as_list=False)
-    if os.path.exists(listing):
-        loader.include(listing, as_list=True)
-    return "\n\n".join(loader.documents), loader.problems
+    layer = user_layer(environ, set())
+    return layer.text, list(layer.problems)
 
 
 # -- session part: facts about this conversation -----------------------------------------------
@@ -262,7 +181,7 @@ def _user(environ):
         return "(unknown)"
 
 
-def environment_facts(environ, cwd, now):
+def environment_facts(environ, cwd, now, project=None):
     uname = os.uname()
     facts = [
         ("date (UTC)", _date(now)),
@@ -276,6 +195,10 @@ def environment_facts(environ, cwd, now):
     if environ.get("TMPDIR"):
         problem = temp_root_problem(environ, cwd)
         facts.append(("TMPDIR", environ["TMPDIR"] + (f" ({problem})" if problem else "")))
+    if project is None:
+        facts.append(("project root", "none (not inside a git work tree)"))
+    else:
+        facts += [("project root", project.root), ("git branch", project.branch)]
     return "Session facts:\n" + "\n".join(f"- {key}: {value}" for key, value in facts)
 
 
@@ -308,29 +231,64 @@ def target_facts(file_edit):
     return "\n".join(lines)
 
 
-def root_context_text(text, problems):
-    parts = []
-    if text:
-        parts.append("Root context (from ~/.nagent):\n" + text.rstrip("\n"))
-    if problems:
-        parts.append("Root context problems:\n" + "\n".join(f"- {item}" for item in problems))
-    return "\n\n".join(parts)
+def project_tools_text(project, environ):
+    """(section text, warnings for the user) about <root>/.nagent/bin (see nagent_trust)."""
+    from nagent_trust import trust_status
+    status = trust_status(project, environ)
+    where = status.bin_dir
+    if status.state == "none":
+        return "", ()
+    if status.state == "trusted":
+        from nagent_discovery import default_cache_path, discover_tools
+        tools = discover_tools([where], default_cache_path(environ))
+        lines = [f"Project tools (in {where}, trusted by the user with nagent --trust; run them "
+                 "by path through <nagent-shell>):"]
+        lines += [f"- {os.path.join(where, tool['name'])} — {tool['description']}" for tool in tools]
+        if not tools:
+            lines.append("- (no executables)")
+        return "\n".join(lines), ()
+    count = len(status.tools)
+    if status.state == "changed":
+        return (f"Project tools: {where} changed since the user trusted it, so nagent neither ran "
+                f"nor described its {count} entries; only the user can trust them again, with "
+                "`nagent --trust` in the project."), (
+            f"project tools in {where} changed since you trusted them and were not run "
+            "(check them, then run `nagent --trust` in the project again)",)
+    return (f"Project tools: {where} holds {count} entries that nagent neither ran nor described: "
+            "the user has not trusted this project's tools (only the user can, with "
+            "`nagent --trust` in the project)."), (
+        f"project tools in {where} were not run: this project is not trusted "
+        "(run `nagent --trust` in it to use them)",)
 
 
-def session_text(mode, environ, cwd, now, file_edit):
-    parts = [environment_facts(environ, cwd, now)]
+def session_parts(mode, environ, cwd, now, file_edit, options=None):
+    """(session text, context files read, warnings for the user)."""
+    project = find_project(cwd, environ)
+    parts = [environment_facts(environ, cwd, now, project)]
     if mode == "file-edit":
         parts.append(target_facts(file_edit))
-    root = root_context_text(*load_root_context(environ))
-    if root:
-        parts.append(root)
-    return "\n\n".join(parts) + "\n"
+    layers = load_layers(cwd, environ, project, options)
+    parts.append(render_layers(layers))
+    from_project = project is not None and getattr(options, "project", True)
+    if getattr(options, "skills", True):
+        from nagent_skills import find_skills, skills_text
+        parts.append(skills_text(find_skills(environ, project.root if from_project else None)))
+    warnings = ()
+    if from_project:
+        text, warnings = project_tools_text(project, environ)
+        parts.append(text)
+    files = tuple(item for layer in layers for item in layer.files)
+    return "\n\n".join(part for part in parts if part) + "\n", files, warnings
+
+
+def session_text(mode, environ, cwd, now, file_edit, options=None):
+    return session_parts(mode, environ, cwd, now, file_edit, options)[0]
 
 
 # -- public API -------------------------------------------------------------------------------
 
 def build_initial_context(mode="main", environ=None, cwd=None, now=None, tools=None,
-                          file_edit=None, mcp_servers=()):
+                          file_edit=None, mcp_servers=(), options=None):
     if mode not in MODES:
         raise UsageError("unknown context mode", mode, "use main or file-edit")
     if mode == "file-edit" and not file_edit:
@@ -340,8 +298,9 @@ def build_initial_context(mode="main", environ=None, cwd=None, now=None, tools=N
     if tools is None:
         from nagent_discovery import default_bin_dirs, default_cache_path, discover_tools
         tools = discover_tools(default_bin_dirs(environ), default_cache_path(environ))
-    return InitialContext(static=static_text(mode, tools, mcp_servers),
-                          session=session_text(mode, environ, cwd, now, file_edit))
+    session, files, warnings = session_parts(mode, environ, cwd, now, file_edit, options)
+    return InitialContext(static=static_text(mode, tools, mcp_servers), session=session,
+                          files=files, warnings=warnings)
 
 
 def create_initial_text(ctx):
@@ -356,33 +315,19 @@ def language_for(path):
     return LANGUAGES.get(os.path.splitext(name)[1].lower(), "text")
 
 
-def _in_work_tree(directory):
-    # Walk up for .git instead of spawning git: most targets outside a repo then cost nothing.
-    current = directory
-    while True:
-        if os.path.exists(os.path.join(current, ".git")):
-            return True
-        parent = os.path.dirname(current)
-        if parent == current:
-            return False
-        current = parent
-
-
 def git_history(path, environ=None, count=GIT_LOG_COUNT):
     """Last `count` commit subjects touching `path`; [] outside a work tree or on any failure."""
     real = os.path.realpath(path)
     directory = os.path.dirname(real)
-    if not _in_work_tree(directory):
+    if git_marker_dir(directory) is None:
         return []
     import subprocess  # only targets inside a work tree pay for it
-    env = dict(os.environ if environ is None else environ)
-    env.update(GIT_TERMINAL_PROMPT="0", GIT_PAGER="cat", GIT_OPTIONAL_LOCKS="0")
-    # The repository may be untrusted: no pager, no fsmonitor hook, no external helpers.
-    cmd = ["git", "--no-pager", "-c", "core.fsmonitor=false", "-C", directory, "log",
-           "-n", str(count), "--format=%s", "--no-show-signature", "--", real]
+    cmd = git_command(directory, "log", "-n", str(count), "--format=%s", "--no-show-signature",
+                      "--", real)
     try:
         proc = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True,
-                              timeout=GIT_TIMEOUT, env=env)
+                              timeout=GIT_TIMEOUT, env=git_environ(os.environ if environ is None
+                                                                   else environ))
     except (OSError, subprocess.SubprocessError):
         return []
     if proc.returncode != 0:
