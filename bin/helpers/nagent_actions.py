@@ -9,6 +9,10 @@ NagentError raised by a library is turned into an error result here.
 Large files go through nagent_file_tools (the split/patch tools run as processes, under the
 conversation's split registry in `side_dir`); a write in a per-file session gets the segments
 that registry grants for its target (`write_mode_now`).
+An action hook (settings.hooks.action, nagent_hooks.check_action) runs before each action but
+<nagent-next>: exit 0 lets the action run, exit 2 makes the result a refusal carrying the hook's
+output, anything else (a timeout, a crash) an error result; the action then does not run. The
+hook's run rides along in `ActionOutcome.hook` for the loop to record.
 """
 import json
 import os
@@ -21,6 +25,7 @@ from nagent_errors import NagentError
 from nagent_file_split_lib import READ_SPLIT_THRESHOLD_BYTES
 from nagent_file_tools import (BINARY_SNIFF_BYTES, DEFAULT_MEMORY, DEFAULT_TIMEOUT, describe_split,
                                looks_binary, patch_registered, split_for_read)
+from nagent_hooks import check_action
 from nagent_protocol_blocks import result_block
 
 
@@ -51,6 +56,7 @@ class ActionOutcome:
     prompt: str | None = None
     child: dict | None = None
     failed: bool = False
+    hook: object = None          # the action hook's run (nagent_hooks.HookRun), recorded first
 
 
 def error_block(tag, message, attrs=None):
@@ -248,10 +254,33 @@ HANDLERS = {
 }
 
 
+def hook_refusal(action, hook):
+    """The result of an action the action hook did not allow: exit 2 refuses with the hook's
+    output; any other failure is an error result. The action does not run."""
+    tag = f"nagent-{action.kind}-result"
+    attrs = {name: action.attr(name) for name in ("path", "index") if action.attr(name) is not None}
+    if hook.status() == "refused":
+        outcome = ActionOutcome(result_block(tag, f"refused by the action hook: {hook.output()}",
+                                             dict(attrs, status="refused")), failed=True)
+    else:
+        outcome = error_block(tag, f"the action hook failed ({hook.describe()}), so the action did "
+                              f"not run: {hook.output()}", attrs)
+    return replace(outcome, hook=hook)
+
+
 def process_action(action, ctx):
     handler = HANDLERS.get(action.kind)
     if handler is None:
         return error_block("system", f"no handler for <nagent-{action.kind}>")
+    hook = check_action(action, ctx)  # the action hook, when one is configured
+    if hook is not None:
+        if hook.status() != "accepted":
+            return hook_refusal(action, hook)
+        return replace(_dispatch(handler, action, ctx), hook=hook)
+    return _dispatch(handler, action, ctx)
+
+
+def _dispatch(handler, action, ctx):
     try:
         return handler(action, ctx)
     except NagentError as error:

@@ -44,6 +44,9 @@ def run_prompt(options):
     if data.get("valid") is False and data["response"] is not None:
         sys.stderr.write("warning: the model's last reply is not in the nagent protocol; "
                          "it is printed as is\n")
+    if data.get("accepted") is False and data["response"] is not None:
+        sys.stderr.write("warning: the response hook did not accept this response; it is printed "
+                         "as not accepted\n")
     if data["error"]:  # on stderr in --json mode too: stdout stays one JSON document
         report_error(NagentError(data["error"].get("error", "run failed"),
                                  data["error"].get("value", ""), data["error"].get("fix", "")))

@@ -21,7 +21,7 @@ Each record is three parts, the body framed by one header line and one footer li
 * seq starts at 1 and grows by 1 per record. Kinds (KINDS): context (attr part=static|session),
   prompt (source=argv|stdin|next|delegated), reply (valid, cut, provider, model, finish), result
   (action), system, error, interrupt, stats (JSON totals, never sent to the model), meta (JSON, not
-  sent).
+  sent), hook (a hook run: hook, status, exit_code, seconds; not sent).
 * `encode_record(seq, kind, body, attrs, time)` is one record's bytes; `encode_records(records,
   time=None)` a whole file's, renumbered from 1 (the one encoder for copies, edits and windows).
 * Reading tolerates hand edits: bodies carry no byte counts; non-blank text outside records becomes
@@ -41,7 +41,8 @@ from time import gmtime, strftime
 from nagent_errors import InputError
 from nagent_protocol_blocks import escape_attr, unescape_attr
 
-KINDS = ("context", "prompt", "reply", "result", "system", "error", "interrupt", "stats", "meta")
+KINDS = ("context", "prompt", "reply", "result", "system", "error", "interrupt", "stats", "meta",
+         "hook")
 HEADER_MARK = b"<nagent-record"
 FOOTER = b"</nagent-record>"
 HEAD_FIELDS = ("seq", "kind", "time")

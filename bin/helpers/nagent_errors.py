@@ -19,6 +19,7 @@ EXIT_CODES = {
     "limit": 9,          # a loop guard stopped the run (call cap, repeated action)
     "refused": 10,       # a safety check refused (hash mismatch, write boundary)
     "incomplete": 11,    # a result was produced but is incomplete (a reply cut by the output limit)
+    "gate": 12,          # the response hook refused the final response max_gate_refusals times
     "interrupted": 130,  # Ctrl-C / SIGINT
 }
 
@@ -79,6 +80,10 @@ class LimitError(NagentError):
 
 class RefusedError(NagentError):
     kind = "refused"
+
+
+class GateRefused(NagentError):
+    kind = "gate"
 
 
 class ProviderError(NagentError):

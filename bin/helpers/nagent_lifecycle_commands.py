@@ -50,6 +50,9 @@ def status(options, settings):
         lines.append(f"previous window {number}: {window}")
     if data["checkpoint"]:
         lines.append(f"checkpoint: {data['checkpoint']}")
+    from nagent_project_commands import recorded_context_files, status_lines
+    data["context_files"] = recorded_context_files(path)
+    lines += status_lines(data["context_files"])
     return data, "\n".join(lines)
 
 
@@ -185,6 +188,9 @@ def config(options, settings):
     lines += [f"{name:{width}}  {value:{value_width}}  {source}" for name, value, source in shown]
     files = ", ".join(f"{path} ({layer})" for layer, path in settings.files) or "none"
     lines.append(f"config files, highest first: {files}")
+    from nagent_project_commands import config_context
+    data["context"], context_lines = config_context(settings)
+    lines += context_lines
     return data, "\n".join(lines)
 
 
@@ -228,3 +234,13 @@ def edit_conversation(options, settings):
 def compact(options, settings):
     from nagent_compact import compact_now
     return compact_now(selected_path(options), options)
+
+
+def trust(options, settings):
+    from nagent_project_commands import trust as trust_here
+    return trust_here(options, settings)
+
+
+def list_skills(options, settings):
+    from nagent_project_commands import list_skills as list_here
+    return list_here(options, settings)

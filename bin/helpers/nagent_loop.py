@@ -17,6 +17,7 @@ The outcome is plain data: the final response (cleaned; at exit 8 the last inval
 text, with `valid` False), exit code, turns, this run's and the conversation's token totals.
 """
 import json
+import sys
 from dataclasses import dataclass, replace
 
 from nagent_accounting import TokenStats, add_child, status_line
@@ -25,6 +26,7 @@ from nagent_cli import Spinner
 from nagent_conversation import ConversationWriter, utc_now
 from nagent_errors import (EXIT_CODES, LimitError, NagentError, ProtocolFailure, ProviderError,
                            UsageError)
+from nagent_hooks import gate_response
 from nagent_protocol import (clean_user_output, correction_text, kept_reply, parse_response,
                              stop_block)
 from nagent_requests import build_request
@@ -43,9 +45,11 @@ class RunOutcome:
     conversation_stats: TokenStats
     error: dict | None = None
     valid: bool = True  # False: `response` is the text of a reply outside the tag protocol
+    accepted: bool = True  # False: the response hook refused `response` (exit 12)
 
     def as_dict(self):
-        return {"response": self.response, "valid": self.valid, "exit_code": self.exit_code,
+        return {"response": self.response, "valid": self.valid, "accepted": self.accepted,
+                "exit_code": self.exit_code,
                 "conversation": self.conversation, "turns": self.turns,
                 "totals": self.run_stats.as_dict(), "conversation_totals": self.conversation_stats.as_dict(),
                 "error": self.error}
@@ -119,6 +123,8 @@ def process_tags(run, actions):
     """Run each action in order, appending its result (and any continuation prompt)."""
     for action in actions:
         outcome = process_action(action, run.session.action_context)
+        if outcome.hook:
+            run.append("hook", *outcome.hook.record())
         if outcome.block:
             run.append("result", outcome.block, {"action": action.kind})
         if outcome.prompt is not None:
@@ -180,8 +186,9 @@ def start_conversation(run):
         context = run.session.initial_context()
         run.append("context", "<initial_context>\n" + context.static, {"part": "static"})
         run.append("context", context.session + "\n</initial_context>", {"part": "session"})
-        if run.session.meta:
-            run.append("meta", json.dumps(run.session.meta, sort_keys=True))
+        run.append("meta", json.dumps(dict(run.session.meta, **context.meta), sort_keys=True))
+        for line in context.warnings:
+            sys.stderr.write(f"warning: {line}\n")
 
 
 def outcome(run, response, code, error=None, valid=True):
@@ -274,7 +281,12 @@ def _loop(run, prompt, source):
                 run.append("system", "<system>" + " ".join(notes) + "</system>")
             if not actions:
                 final = clean_user_output(responses[-1].body) if responses else ""
-                return outcome(run, final, EXIT_CODES["ok"])
+                gate = gate_response(run, final)  # the response hook, when one is configured
+                if gate is None:
+                    return outcome(run, final, EXIT_CODES["ok"])
+                if gate.stop:
+                    return replace(failed(run, gate.stop), response=run.redact(final), accepted=False)
+                continue
             repeated = repeated_too_often(run, actions, limits.repeat_limit)
             if repeated and run.recent_actions[-1][1] > limits.repeat_limit:
                 # Past the warning: stop without running the same thing yet again.

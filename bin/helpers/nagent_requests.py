@@ -13,7 +13,7 @@ Data contract: `build_request(records, provider_row, cache_key=None) -> Request`
   or of one a failure or interruption left unfinished, are never sent.
 - Invalid replies are not sent back (a raw invalid turn acts as an example the model
   copies); the correction that follows them carries a pointer to the record instead.
-- Records of kind stats / meta / error are bookkeeping and never sent.
+- Records of kind stats / meta / error / hook are bookkeeping and never sent.
 - Cache breakpoints: the static initial context, the end of the user turn the previous
   request ended with, and the end of this request — so each request reads back what the
   previous one wrote (Anthropic looks up whole blocks). Other providers ignore them.
@@ -25,7 +25,7 @@ from nagent_llm import Message, Request
 from nagent_protocol import STOP_SEQUENCES
 from nagent_run_records import is_continuation_note
 
-NOT_SENT = frozenset({"stats", "meta", "error"})
+NOT_SENT = frozenset({"stats", "meta", "error", "hook"})
 
 
 def reply_text_as_run(record):

@@ -32,6 +32,7 @@ class Run:
         self.windows = list((previous or {}).get("windows") or [])
         self.calls = 0
         self.recent_actions = []
+        self.gate_refusals = 0  # final responses the response hook refused in this run
         self.client = None  # one provider client for the whole run (see nagent_llm.make_client)
 
     def redact(self, text):

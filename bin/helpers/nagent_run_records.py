@@ -20,7 +20,8 @@ CONTINUATION_ATTRS = {"continuation": "true"}
 _REASONS = {"provider": "the model provider returned an error",
             "protocol": "the replies were not in the nagent tag protocol",
             "input": "a file or conversation error", "refused": "a safety check refused it",
-            "limit": "a loop guard stopped it"}
+            "limit": "a loop guard stopped it",
+            "gate": "the response hook did not accept the final response"}
 
 
 def failure_marker(kind):

@@ -187,7 +187,8 @@ def build_session(options, environ, cwd, settings=None):
         facts = file_edit_facts(record, nagent_context, action_context) if record else None
         return nagent_context.build_initial_context(
             mode="file-edit" if record else "main", environ=environ, cwd=cwd, file_edit=facts,
-            mcp_servers=tuple(spec.name for spec in settings.mcp_servers))
+            mcp_servers=tuple(spec.name for spec in settings.mcp_servers),
+            options=settings.context)
 
     meta = {"invocation": options.get("invocation") or "user"}
     if options.get("parent_conversation"):

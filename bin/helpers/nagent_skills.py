@@ -72,7 +72,7 @@ def parse_skill(path, directory, source, environ):
     except UnicodeDecodeError:
         return Skill(fallback, "", path, source, (), (), (), ("SKILL.md is not UTF-8 text",), ())
     front, _ = split_front_matter(text)
-    meta = {}
+    meta = None
     if front is None:
         problems.append("no front matter (---, name, description, ---) at the top of SKILL.md")
     else:
@@ -83,12 +83,13 @@ def parse_skill(path, directory, source, environ):
         except yaml.YAMLError as error:
             first = str(error).splitlines()[0] if str(error) else type(error).__name__
             problems.append("front matter is not valid YAML: " + one_line(first, 120))
-            meta = {}
-        if not isinstance(meta, dict):
-            if meta:
+        else:
+            if not meta:
+                problems.append("front matter is empty")
+            elif not isinstance(meta, dict):
                 problems.append("front matter is not a mapping of name, description, requires")
-            meta = {}
-    if front is not None and meta:
+        meta = meta if isinstance(meta, dict) else None
+    if meta:
         if isinstance(meta.get("name"), str) and meta["name"].strip():
             name = one_line(meta["name"], NAME_CAP)
         else:
@@ -107,8 +108,6 @@ def parse_skill(path, directory, source, environ):
                 if bins is None or env is None:
                     problems.append("requires.bins and requires.env must be lists of names")
                 bins, env = bins or (), env or ()
-    elif front is not None:
-        problems.append("front matter is empty")
     path_value = environ.get("PATH", os.defpath)
     missing = tuple([f"bin {one_line(b, NAME_CAP)}" for b in bins if not shutil.which(b, path=path_value)]
                     + [f"env {one_line(e, NAME_CAP)}" for e in env if not environ.get(e)])

@@ -1,0 +1,150 @@
+"""`nagent --trust`, `nagent --list-skills`, and the context part of --status and --config.
+
+Data contract: `trust(options, settings)` and `list_skills(options, settings)` return
+`(data, text)` like the other lifecycle commands (data for --json, text for people).
+- trust: the project around the working directory (UsageError outside a git work tree) is
+  recorded as trusted with the current listing of its .nagent/bin (nagent_trust); nothing runs.
+- list_skills: every skill nagent would list (nagent_skills), with source, path, requirements,
+  problems and the skills it shadows; `enabled` says whether the `skills` setting lists them in
+  the context, `project_root` which project's skills count.
+- `context_overview(settings, cwd, environ)` -> what a new conversation started here would
+  read: {"project_root", "branch", "files", "skills", "project_tools": {"state", "bin",
+  "tools"}}; reading files only, running nothing. `overview_lines(overview)` is its text.
+- `recorded_context_files(path)` -> the "context_files" list the conversation's meta record
+  kept when it started (see nagent_context.InitialContext.meta), or None when it kept none
+  (a conversation started before they were recorded, or none yet). Reads only the head of the
+  file, up to the first record that is neither context nor meta.
+"""
+import json
+import os
+
+from nagent_errors import UsageError
+
+HEAD_LIMIT = 4 << 20
+
+
+def _project(environ, cwd):
+    from nagent_project import find_project
+    return find_project(cwd, environ)
+
+
+def trust(options, settings):
+    from nagent_cli import current_cwd
+    from nagent_trust import trust_project
+    cwd = current_cwd()
+    project = _project(settings.environ, cwd)
+    if project is None:
+        raise UsageError("not inside a git work tree", cwd,
+                         "run nagent --trust inside the project whose .nagent/bin you trust")
+    data = trust_project(project, settings.environ)
+    lines = [f"trusted {data['root']}: nagent may run the tools in {data['bin']} "
+             f"(listing sha256 {data['hash'][:16]})"]
+    for item in data["files"]:
+        detail = f"sha256 {item['digest'][:16]}, {item['size']} bytes" if item["kind"] == "file" \
+            else f"{item['kind']} {item['digest']}".rstrip()
+        lines.append(f"  {item['path']}  ({detail})")
+    if not data["files"]:
+        lines.append("  (no .nagent/bin yet: tools added later need nagent --trust again)")
+    lines.append("They are described (run with --description) when a conversation starts in this "
+                 "project; any change to .nagent/bin needs nagent --trust again.")
+    return data, "\n".join(lines)
+
+
+def list_skills(options, settings):
+    from nagent_cli import current_cwd
+    from nagent_skills import find_skills, skill_dicts
+    environ = settings.environ
+    project = _project(environ, current_cwd()) if settings.context.project else None
+    skills = find_skills(environ, project.root if project else None)
+    data = {"skills": skill_dicts(skills), "enabled": settings.context.skills,
+            "project_root": project.root if project else None}
+    lines = []
+    for item in data["skills"]:
+        state = ("problem: " + "; ".join(item["problems"]) if item["problems"] else
+                 "requirements not met: " + ", ".join(item["missing"]) if item["missing"] else
+                 "requirements met")
+        lines.append(f"{item['name']} ({item['source']}): {item['description']}\n  {item['path']}\n"
+                     f"  {state}" + "".join(f"\n  shadows {path}" for path in item["shadows"]))
+    if not lines:
+        lines.append("no skills (nagent looks in ~/.nagent/skills/*/SKILL.md and "
+                     "<project>/.nagent/skills/*/SKILL.md)")
+    if not settings.context.skills:
+        lines.append("skills are off (skills: false): the context lists none of them")
+    return data, "\n".join(lines)
+
+
+def context_overview(settings, cwd, environ):
+    from nagent_context_layers import load_layers
+    from nagent_skills import find_skills
+    from nagent_trust import trust_status
+    project = _project(environ, cwd)
+    options = settings.context
+    layers = load_layers(cwd, environ, project, options)
+    from_project = project is not None and options.project
+    skills = find_skills(environ, project.root if from_project else None) if options.skills else ()
+    overview = {"project_root": project.root if project else None,
+                "branch": project.branch if project else None,
+                "files": [dict(item) for layer in layers for item in layer.files],
+                "skills": [skill.name for skill in skills], "project_tools": None}
+    if from_project:
+        status = trust_status(project, environ)
+        overview["project_tools"] = {"state": status.state, "bin": status.bin_dir,
+                                     "tools": list(status.tools)}
+    return overview
+
+
+def file_list(files):
+    return ", ".join(f"{item['path']} ({item['layer']}{', cut' if item.get('cut') else ''})"
+                     for item in files) or "none"
+
+
+def overview_lines(overview):
+    root = overview["project_root"]
+    lines = [f"project root: {root} (branch {overview['branch']})" if root
+             else "project root: none (not inside a git work tree)",
+             "context files a new conversation here reads: " + file_list(overview["files"]),
+             f"skills listed: {len(overview['skills'])} (nagent --list-skills)"]
+    tools = overview["project_tools"]
+    if tools and tools["state"] != "none":
+        lines.append(f"project tools: {tools['bin']}: {tools['state']}"
+                     + ("" if tools["state"] == "trusted" else " (nagent --trust)"))
+    return lines
+
+
+def recorded_context_files(path):
+    from nagent_conversation_format import parse_records
+    size = 64 << 10
+    while True:
+        try:
+            with open(path, "rb") as handle:
+                data = handle.read(size)
+        except OSError:
+            return None
+        records, _ = parse_records(data)
+        for record in records:
+            if record.kind == "meta":
+                try:
+                    meta = json.loads(record.body)
+                except ValueError:
+                    continue
+                if isinstance(meta, dict) and isinstance(meta.get("context_files"), list):
+                    return meta["context_files"]
+            elif record.kind not in ("context", "note"):
+                return None
+        if len(data) < size or size >= HEAD_LIMIT:
+            return None
+        size *= 4  # the context records are larger than this: read further
+
+
+def status_lines(files):
+    if files is None:
+        return ["context files: not recorded (a conversation started before nagent recorded "
+                "them, or none yet)"]
+    return ["context files: " + file_list(files)]
+
+
+def config_context(settings):
+    from nagent_cli import current_cwd
+    environ = dict(settings.environ) if settings.environ else dict(os.environ)
+    overview = context_overview(settings, current_cwd(), environ)
+    return overview, overview_lines(overview)
