@@ -32,7 +32,7 @@ import sys
 import time
 from dataclasses import dataclass
 
-from nagent_context_layers import load_layers, render_layers, user_layer
+from nagent_context_layers import load_layers, printable, render_layers, user_layer
 from nagent_errors import InputError, UsageError
 from nagent_fs import sha256_file
 from nagent_project import GIT_TIMEOUT, find_project, git_command, git_environ, git_marker_dir
@@ -199,7 +199,7 @@ def environment_facts(environ, cwd, now, project=None):
         facts.append(("project root", "none (not inside a git work tree)"))
     else:
         facts += [("project root", project.root), ("git branch", project.branch)]
-    return "Session facts:\n" + "\n".join(f"- {key}: {value}" for key, value in facts)
+    return "Session facts:\n" + "\n".join(f"- {key}: {printable(value)}" for key, value in facts)
 
 
 def _segment_line(segment):
@@ -241,13 +241,15 @@ def project_tools_text(project, environ):
     if status.state == "trusted":
         from nagent_discovery import default_cache_path, discover_tools
         tools = discover_tools([where], default_cache_path(environ))
+        where = printable(where)
         lines = [f"Project tools (in {where}, trusted by the user with nagent --trust; run them "
                  "by path through <nagent-shell>):"]
-        lines += [f"- {os.path.join(where, tool['name'])} — {tool['description']}" for tool in tools]
+        lines += [f"- {printable(os.path.join(where, tool['name']))} — {tool['description']}"
+                  for tool in tools]
         if not tools:
             lines.append("- (no executables)")
         return "\n".join(lines), ()
-    count = len(status.tools)
+    count, where = len(status.tools), printable(where)
     if status.state == "changed":
         return (f"Project tools: {where} changed since the user trusted it, so nagent neither ran "
                 f"nor described its {count} entries; only the user can trust them again, with "

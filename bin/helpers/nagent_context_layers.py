@@ -31,7 +31,9 @@ Data contract:
 - Cuts: the document that reaches its cap is cut there and a problem line names the file, its
   size, the cap and how to read the rest (<nagent-read>); later documents under the same cap
   are skipped and named.
-- `render_layers(layers)` -> the text for the session part of the initial context.
+- `render_layers(layers)` -> the text for the session part of the initial context: paths and
+  problem lines through `printable` (control characters escaped), at most MAX_PROBLEMS problem
+  lines per layer.
 """
 import os
 import re
@@ -43,6 +45,7 @@ from nagent_paths import within
 USER_CAP = 256 * 1024
 MAX_BYTES = 32 * 1024
 INCLUDE_DEPTH = 5
+MAX_PROBLEMS = 20
 YAML_SUFFIXES = (".yaml", ".yml")
 PROJECT_FILES = ("AGENTS.md", "CLAUDE.md")
 _INCLUDE = re.compile(r"(?:^|(?<=\s))@([^\s`]+)")
@@ -63,9 +66,18 @@ def _expand_home(path, home):
     return path
 
 
+def printable(text):
+    """`text` with control characters (a newline in a directory name ...) shown as escapes, so a
+    name read from disk cannot start a line of its own in the context."""
+    text = str(text)
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() else f"\\x{ord(ch):02x}" for ch in text)
+
+
 def include_targets(text):
     """The `@path` tokens of a document, in order, outside code fences and inline code."""
-    found, fence = [], None
+    found, seen, fence = [], set(), None
     for line in text.splitlines():
         stripped = line.lstrip()
         if stripped.startswith(("```", "~~~")):
@@ -76,7 +88,8 @@ def include_targets(text):
             continue
         for match in _INCLUDE.finditer(_INLINE_CODE.sub(" ", line)):
             token = match.group(1).rstrip(_TRAILING)
-            if token and token not in found:
+            if token and token not in seen:
+                seen.add(token)
                 found.append(token)
     return found
 
@@ -84,7 +97,8 @@ def include_targets(text):
 def read_regular(path, limit):
     """(data of at most `limit` bytes, size on disk) of a regular file, or (None, problem)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        # Callers pass resolved paths: a link swapped in afterwards is refused, not followed.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as error:
         return None, f"unreadable ({error.strerror or error})"
     try:
@@ -161,8 +175,8 @@ class _Loader:
                 f"rest with <nagent-read path=\"{real}\"/> (<nagent-file-read> past 64 KiB)")
         part.used += len(data)
         text = data.decode("utf-8", "replace").rstrip("\n")
-        marker = f"=== {self.name} context: {real}" + (f" (included by {included_by})"
-                                                       if included_by else "") + " ==="
+        marker = f"=== {self.name} context: {printable(real)}" + (
+            f" (included by {printable(included_by)})" if included_by else "") + " ==="
         self.documents.append(marker + "\n" + text)
         self.files.append({"layer": self.name, "path": real, "bytes": size, "cut": cut})
         return text
@@ -323,6 +337,9 @@ def render_layers(layers):
         if layer.text:
             parts.append(layer.text)
         if layer.problems:
+            shown = [printable(line) for line in layer.problems[:MAX_PROBLEMS]]
+            if len(layer.problems) > MAX_PROBLEMS:
+                shown.append(f"... and {len(layer.problems) - MAX_PROBLEMS} more")
             parts.append(f"Notes on the {layer.name} context:\n"
-                         + "\n".join(f"- {line}" for line in layer.problems))
+                         + "\n".join(f"- {line}" for line in shown))
     return "\n\n".join(parts)

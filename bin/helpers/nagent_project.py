@@ -49,12 +49,13 @@ def git_command(directory, *args):
 def branch_name(git_dir):
     try:
         with open(os.path.join(git_dir, "HEAD"), encoding="utf-8", errors="replace") as handle:
-            head = handle.read(4096).strip()
+            head = (handle.read(4096).splitlines() or [""])[0].strip()
     except OSError:
         return "(unknown)"
     if head.startswith("ref:"):
         ref = head[4:].strip()
-        return ref[len("refs/heads/"):] if ref.startswith("refs/heads/") else ref
+        ref = ref[len("refs/heads/"):] if ref.startswith("refs/heads/") else ref
+        return ref if ref.isprintable() and ref else "(unknown)"
     if len(head) >= 12 and all(ch in "0123456789abcdef" for ch in head):
         return f"(detached at {head[:12]})"
     return "(unknown)"

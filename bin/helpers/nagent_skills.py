@@ -13,7 +13,7 @@ Data contract:
   wins over the user's of the same name; within one place the first directory (by name) wins.
   A project skill must resolve (links, "..") inside the project (nagent_paths.within); one that
   points outside is listed with a problem and not read. Only regular files are read, opened
-  non-blocking, at most HEAD_BYTES. The YAML parser is imported only when some SKILL.md has
+  non-blocking, at most HEAD_BYTES; at most MAX_SKILLS directories per place are read. The YAML parser is imported only when some SKILL.md has
   front matter. Names and descriptions are cleaned to one printable line (capped), since they
   come from files anyone may have written.
 - `skills_text(skills)` -> the context section: one line per skill (name, description, path,
@@ -25,13 +25,14 @@ import os
 import shutil
 from collections import namedtuple
 
-from nagent_context_layers import read_regular
+from nagent_context_layers import printable, read_regular
 from nagent_paths import nagent_home, within
 
 HEAD_BYTES = 64 * 1024
 NAME_CAP = 64
 DESCRIPTION_CAP = 300
 LIST_CAP = 16 * 1024
+MAX_SKILLS = 500   # per place: a repository with thousands of skill folders cannot stall the start
 
 Skill = namedtuple("Skill", "name description path source bins env missing problems shadows")
 
@@ -64,7 +65,7 @@ def parse_skill(path, directory, source, environ):
     """One Skill from its SKILL.md; every problem becomes a `problems` line."""
     fallback = one_line(os.path.basename(directory), NAME_CAP)
     problems, name, description, bins, env = [], fallback, "", (), ()
-    data, size = read_regular(path, HEAD_BYTES)
+    data, size = read_regular(os.path.realpath(path), HEAD_BYTES)
     if data is None:
         return Skill(fallback, "", path, source, (), (), (), (f"SKILL.md is {size}",), ())
     try:
@@ -124,6 +125,8 @@ def skill_dirs(base, root=None):
     for name in names:
         if name.startswith("."):
             continue
+        if len(found) >= MAX_SKILLS:
+            break
         directory = os.path.join(base, name)
         path = os.path.join(directory, "SKILL.md")
         if root is not None and not within(os.path.realpath(path), root):
@@ -169,7 +172,7 @@ def skill_line(skill):
     else:
         state = "requirements met"
     description = f" {skill.description}" if skill.description else ""
-    return f"- {skill.name}:{description} ({skill.path}; {state})"
+    return f"- {skill.name}:{description} ({printable(skill.path)}; {printable(state)})"
 
 
 def skills_text(skills):
