@@ -3,6 +3,7 @@ against the fake vendor: accept, refuse, time out, crash; nothing printed before
 passed; hook runs recorded; no provider keys in a hook's environment."""
 import json
 import os
+import signal
 import time
 
 from test_loop import NagentRunCase
@@ -107,6 +108,32 @@ class ResponseGateTest(NagentRunCase):
         statuses = [r.attr("status") for r in self.hook_records(self.default_path())]
         self.assertEqual(statuses, ["timeout", "refused"])
         self.assertIn("signal 9", self.hook_records(self.default_path())[1].body)
+
+    def test_ctrl_c_during_a_hook_ends_the_hook_too(self):
+        pidfile = os.path.join(self.tmp, "hook.pid")
+        hook = script(self, "slow", f'echo $$ > "{pidfile}.tmp"; mv "{pidfile}.tmp" "{pidfile}"\n'
+                                    "exec sleep 60\n")
+        self.write_config(dict(self.CONFIG, hooks={"response": hook}))
+        self.fake.reply("<nagent-response>Waiting.</nagent-response>")
+        proc = self.start_nagent("go")
+        deadline = time.monotonic() + 30
+        while not os.path.exists(pidfile):
+            self.assertLess(time.monotonic(), deadline, "the hook never started")
+            time.sleep(0.02)
+        with open(pidfile, encoding="utf-8") as handle:
+            pid = int(handle.read())
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=30)
+        self.assertEqual(proc.returncode, 130)
+        self.assertEqual(out, "")  # the refused-by-interruption response was never printed
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                break
+            self.assertLess(time.monotonic(), deadline, "the hook outlived nagent")
+            time.sleep(0.05)
 
     def test_delegated_children_are_not_gated(self):
         self.assertTrue(nagent_hooks.gates_invocation("user"))

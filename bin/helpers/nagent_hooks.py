@@ -133,6 +133,12 @@ def run_hook(command, stdin_text, cwd, environ, timeout, hook="response", extra_
                 timed_out = True
                 _kill_group(proc.pid)
                 exit_code = proc.wait()
+            except BaseException:
+                # Ctrl-C or an exit signal: the hook has its own session, so the terminal's
+                # signal never reached it; it must not outlive nagent.
+                _kill_group(proc.pid)
+                proc.wait()
+                raise
             _kill_group(proc.pid)  # whatever it left running in its group ends with it
         stdout, stderr = _read_capped(out), _read_capped(err)
     return HookRun(hook, command, exit_code, timed_out, stdout, stderr,
