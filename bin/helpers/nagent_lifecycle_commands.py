@@ -52,7 +52,7 @@ def status(options, settings):
         lines.append(f"checkpoint: {data['checkpoint']}")
     from nagent_project_commands import recorded_context_files, status_lines
     data["context_files"] = recorded_context_files(path)
-    lines += status_lines(data["context_files"])
+    lines += status_lines(data["context_files"], data["exists"])
     return data, "\n".join(lines)
 
 

@@ -45,6 +45,8 @@ def trust(options, settings):
         lines.append(f"  {item['path']}  ({detail})")
     if not data["files"]:
         lines.append("  (no .nagent/bin yet: tools added later need nagent --trust again)")
+    if data["previous"] and data["previous"] != data["hash"]:
+        lines.append(f"This replaces the trust of an earlier listing (sha256 {data['previous'][:16]}).")
     lines.append("They are described (run with --description) when a conversation starts in this "
                  "project; any change to .nagent/bin needs nagent --trust again.")
     return data, "\n".join(lines)
@@ -136,10 +138,11 @@ def recorded_context_files(path):
         size *= 4  # the context records are larger than this: read further
 
 
-def status_lines(files):
+def status_lines(files, exists=True):
+    if not exists:
+        return ["context files: none yet (read when the conversation starts)"]
     if files is None:
-        return ["context files: not recorded (a conversation started before nagent recorded "
-                "them, or none yet)"]
+        return ["context files: not recorded (the conversation started before nagent recorded them)"]
     return ["context files: " + file_list(files)]
 
 
