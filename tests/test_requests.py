@@ -84,7 +84,7 @@ class RecordMessagesTest(HermeticTestCase):
         self.assertNotIn("retrying", text)
         self.assertNotIn("invocation", text)
         self.assertNotIn("fake\n", text)
-        self.assertEqual(NOT_SENT, frozenset({"stats", "meta", "error"}))
+        self.assertEqual(NOT_SENT, frozenset({"stats", "meta", "error", "hook"}))
 
     def test_partial_replies_are_sent_only_for_a_valid_whole_or_a_continuation_in_progress(self):
         base = [rec(1, "prompt", "go", source="argv")]
