@@ -420,3 +420,16 @@ class HostileNamesTest(ProjectCase):
         self.assertIn("@missing-0: not found", session)
         self.assertIn("more", session)
         self.assertLess(len(session.encode()), 64 * 1024)
+
+    def test_a_nagent_dir_linked_out_of_the_project_offers_no_tools(self):
+        self.init_git()
+        self.marker = os.path.join(self.tmp, "PROJECT-TOOL-RAN")
+        elsewhere = os.path.join(self.tmp, "elsewhere")
+        tool = self.write_file(os.path.join(elsewhere, "bin", "t"), f'#!/bin/sh\ntouch "{self.marker}"\n')
+        os.chmod(tool, 0o755)
+        os.symlink(elsewhere, os.path.join(self.cwd, ".nagent"))
+        project = nagent_project.find_project(self.cwd, self.env)
+        nagent_trust.trust_project(project, self.env)
+        self.assertEqual(nagent_trust.trust_status(project, self.env).state, "none")
+        self.context()
+        self.assertFalse(os.path.exists(self.marker))

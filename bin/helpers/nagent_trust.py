@@ -17,7 +17,8 @@ Data contract:
   "trusted_at"}}}. Read leniently (a corrupt file trusts nothing); written atomically under
   an flock on ~/.nagent/trust.lock.
 - `trust_status(project, environ)` -> TrustStatus(state, bin_dir, tools, hash): state "none"
-  (no .nagent/bin, nothing in it, or it is the user's own ~/.nagent/bin), "trusted" (the
+  (no .nagent/bin, nothing in it, it is the user's own ~/.nagent/bin, or it or .nagent is a
+  link out of the project: such tools are never offered), "trusted" (the
   recorded hash is the current one), "untrusted" (never trusted) or "changed" (trusted with
   another listing: ask again). `tools` are the top-level names in .nagent/bin.
 - `trust_project(project, environ)` records the project's root and current hash and returns
@@ -29,7 +30,7 @@ import stat
 import time
 from collections import namedtuple
 
-from nagent_paths import nagent_home
+from nagent_paths import nagent_home, within
 
 TRUST_VERSION = 1
 
@@ -103,6 +104,8 @@ def _own_bin(directory, environ):
 
 def trust_status(project, environ=None):
     directory = project_bin(project.root)
+    if not within(os.path.realpath(directory), os.path.realpath(project.root)):
+        return TrustStatus("none", directory, (), "")  # a .nagent linked out of the project
     listing = bin_listing(directory)
     if not listing or _own_bin(directory, environ):
         return TrustStatus("none", directory, (), "")
