@@ -9,7 +9,7 @@ import textwrap
 import threading
 
 from base import HELPERS, HermeticTestCase
-from project_fixture import (AGENTS, CLAUDE, PROJECT_NAGENT, STYLE, SUB_AGENTS, USER_CONTEXT,
+from project_fixture import (AGENTS, CLAUDE, PROJECT_NAGENT, SUB_AGENTS, USER_CONTEXT,
                              ProjectFixture)
 
 import nagent_project

@@ -2,7 +2,6 @@
 carries the layers in order, byte for byte the same across conversations, with size cuts;
 --status and --config name the context files; an untrusted .nagent/bin never runs;
 nagent --trust; nagent --list-skills."""
-import json
 import os
 
 from project_fixture import ProjectFixture
