@@ -9,7 +9,8 @@ Data contract:
   google from normalised counts `u` (input = uncached prompt, cache_read, cache_write, output,
   reasoning), deep-merged with the vendor-native `native` dict; None when any count in `u` is None.
 - `sse(events)` -> bytes of a Server-Sent-Events stream from (event name or None, data) pairs
-  (data: str as is, else JSON); `pieces(text)` -> the text cut in (at most) two stream deltas.
+  (data: str as is, else JSON); `pieces(text, size=0)` -> the text cut in (at most) two stream deltas, or in
+  deltas of `size` characters.
 - `parse_multipart(content_type, body)` -> {field: str, or {"filename", "content_type", "data"}}.
 - `BadRequest(message)` is raised by request checks; the server answers it as a 400 in the
   vendor's format.
@@ -91,7 +92,10 @@ def sse(events) -> bytes:
     return "".join(chunks).encode("utf-8")
 
 
-def pieces(text) -> list:
+def pieces(text, size=0) -> list:
+    """The text as stream deltas: two halves, or pieces of `size` characters."""
+    if size > 0:
+        return [text[at:at + size] for at in range(0, len(text), size)] or [""]
     half = len(text) // 2
     return [part for part in (text[:half], text[half:]) if part] or [""]
 

@@ -23,6 +23,9 @@ Data contract:
   their sorted JSON); output = estimate of the text. `reply(..., delay=s)` delays a good answer.
 - `stream: true` (or Gemini :streamGenerateContent) → the complete SSE stream in one response
   (Anthropic and Responses events carry `event:` lines; chat ends with `data: [DONE]`).
+  `reply(..., chunk=n, gap=s, drop_after=k)` streams slowly instead: text deltas of n characters,
+  every event its own chunk of a chunked body sent s seconds apart, and with `drop_after` the
+  connection is reset after k text deltas (a stream cut off mid-way).
 - Faults: status + headers + body (dict/bytes; default the vendor's real error JSON), `delay`
   seconds before answering, `drop=True` resets the connection (RST) without an answer.
 - Inspection: `requests` (dicts: vendor, method, path, query, headers, key_headers, json, body,
@@ -69,6 +72,9 @@ class ReplySpec:
     usage: dict = None
     vendor: str = None
     delay: float = 0.0
+    chunk: int = 0            # streamed: text deltas of this many characters (0: two halves)
+    gap: float = 0.0          # streamed: seconds between events, each sent as its own HTTP chunk
+    drop_after: int = None    # streamed: reset the connection after this many text deltas
     path = None  # replies are never path-targeted
 
 
@@ -90,6 +96,9 @@ class Answer:
     body: bytes
     delay: float = 0.0
     drop: bool = False
+    chunks: tuple = None      # streamed in chunked transfer encoding, `gap` seconds apart
+    gap: float = 0.0
+    drop_at: int = None       # reset the connection before chunk number drop_at
 
 
 ROUTES = [  # (method, path regex, vendor or None = told apart by headers, handler, generation?)
@@ -182,10 +191,11 @@ class FakeVendor:
                 "ANTHROPIC_API_KEY": "test-anthropic-key", "GOOGLE_API_KEY": "test-google-key"}
 
     # -- scripting -----------------------------------------------------------------
-    def reply(self, text, *, finish="stop", usage=None, vendor=None, delay=0.0):
+    def reply(self, text, *, finish="stop", usage=None, vendor=None, delay=0.0, chunk=0, gap=0.0,
+              drop_after=None):
         if finish not in FINISH:
             raise ValueError(f"finish must be one of {sorted(FINISH)}: {finish!r}")
-        self._enqueue(ReplySpec(text, finish, usage, vendor, delay))
+        self._enqueue(ReplySpec(text, finish, usage, vendor, delay, chunk, gap, drop_after))
 
     def reply_fn(self, fn, vendor=None):
         """fn(record) -> str | ReplySpec | Fault | None, used when the queue has nothing for the call."""
@@ -336,12 +346,13 @@ class FakeVendor:
             return _json(200, dict(base, object="chat.completion", usage=usage, choices=[
                 {"index": 0, "message": message, "logprobs": None, "finish_reason": finish}]), spec.delay)
         chunk = dict(base, object="chat.completion.chunk")
-        deltas = [{"role": "assistant", "content": ""}] + [{"content": part} for part in pieces(spec.text)]
+        deltas = [{"role": "assistant", "content": ""}] + [{"content": part}
+                                                           for part in pieces(spec.text, spec.chunk)]
         events = [dict(chunk, choices=[{"index": 0, "delta": d, "finish_reason": None}]) for d in deltas]
         events.append(dict(chunk, choices=[{"index": 0, "delta": {}, "finish_reason": finish}]))
         if (req.get("stream_options") or {}).get("include_usage"):
             events.append(dict(chunk, choices=[], usage=usage))
-        return _stream([(None, event) for event in events] + [(None, "[DONE]")], spec.delay)
+        return _stream([(None, event) for event in events] + [(None, "[DONE]")], spec, first=1)
 
     def _openai_responses(self, record):
         req = _body_of(record, "model")
@@ -373,13 +384,14 @@ class FakeVendor:
                   ("response.output_item.added", {"output_index": 0, "item": dict(
                       message, status="in_progress", content=[])}),
                   ("response.content_part.added", dict(where, part=dict(part, text="")))]
-        events += [("response.output_text.delta", dict(where, delta=p, logprobs=[])) for p in pieces(spec.text)]
+        events += [("response.output_text.delta", dict(where, delta=p, logprobs=[]))
+                   for p in pieces(spec.text, spec.chunk)]
         events += [("response.output_text.done", dict(where, text=spec.text, logprobs=[])),
                    ("response.content_part.done", dict(where, part=part)),
                    ("response.output_item.done", {"output_index": 0, "item": message}),
                    (f"response.{status}", {"response": response})]
         return _stream([(name, dict(data, type=name, sequence_number=number))
-                        for number, (name, data) in enumerate(events)], spec.delay)
+                        for number, (name, data) in enumerate(events)], spec, first=4)
 
     def _openai_upload(self, record):
         content_type = record["headers"].get("content-type", "")
@@ -421,12 +433,12 @@ class FakeVendor:
                   ("content_block_start", {"index": 0, "content_block": {"type": "text", "text": ""}}),
                   ("ping", {})]
         events += [("content_block_delta", {"index": 0, "delta": {"type": "text_delta", "text": part}})
-                   for part in pieces(spec.text)]
+                   for part in pieces(spec.text, spec.chunk)]
         events += [("content_block_stop", {"index": 0}),
                    ("message_delta", {"delta": {"stop_reason": stop_reason, "stop_sequence": stop_sequence},
                                       "usage": usage}),
                    ("message_stop", {})]
-        return _stream([(name, dict(data, type=name)) for name, data in events], spec.delay)
+        return _stream([(name, dict(data, type=name)) for name, data in events], spec, first=3)
 
     def _anthropic_count(self, record):
         blocks = anthropic_blocks(_body_of(record, "model", "messages"))
@@ -451,10 +463,10 @@ class FakeVendor:
                     **({"usageMetadata": usage} if finish and usage else {})}
         if op == "generateContent":
             return _json(200, chunk(spec.text, True), spec.delay)
-        parts = pieces(spec.text)
+        parts = pieces(spec.text, spec.chunk)
         chunks = [chunk(part, index == len(parts) - 1) for index, part in enumerate(parts)]
         if record["query"].get("alt") == "sse":
-            return _stream([(None, item) for item in chunks], spec.delay)
+            return _stream([(None, item) for item in chunks], spec)
         return _json(200, chunks, spec.delay)
 
     def _google_count(self, record, model):
@@ -570,9 +582,17 @@ def _json(status, data, delay=0.0) -> Answer:
     return Answer(status, {"Content-Type": "application/json"}, json.dumps(data).encode("utf-8"), delay)
 
 
-def _stream(events, delay=0.0) -> Answer:
-    # The whole stream is sent at once with a Content-Length: clients parse it the same way.
-    return Answer(200, {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}, sse(events), delay)
+def _stream(events, spec, first=0) -> Answer:
+    """An SSE answer. By default the whole stream is sent at once with a Content-Length (clients
+    parse it the same way); with `spec.gap` or `spec.drop_after` each event is its own chunk of a
+    chunked body, `gap` seconds apart, and the connection is reset after `drop_after` text
+    deltas (events[first:] start with the deltas)."""
+    headers = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+    if not spec.gap and spec.drop_after is None:
+        return Answer(200, headers, sse(events), spec.delay)
+    chunks = tuple(sse([event]) for event in events)
+    drop_at = None if spec.drop_after is None else first + spec.drop_after
+    return Answer(200, headers, b"", spec.delay, chunks=chunks, gap=spec.gap, drop_at=drop_at)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -615,6 +635,8 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_response(answer.status)
             for name, value in answer.headers.items():
                 self.send_header(name, value)
+            if answer.chunks is not None:
+                return self._send_chunks(answer)
             self.send_header("Content-Length", str(len(answer.body)))
             self.end_headers()
             self.wfile.write(answer.body)
@@ -622,6 +644,24 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
 
     do_POST = do_PUT = do_PATCH = do_DELETE = do_GET
+
+    def _send_chunks(self, answer):
+        """A chunked body sent piece by piece (a slow stream), or reset mid-way (a dropped one)."""
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        self.wfile.flush()
+        for index, chunk in enumerate(answer.chunks):
+            if answer.drop_at is not None and index >= answer.drop_at:
+                return self._reset()
+            if index and answer.gap and self.fake._stopping.wait(answer.gap):
+                self.close_connection = True
+                return
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+            self.wfile.flush()
+        if answer.drop_at is not None and answer.drop_at >= len(answer.chunks):
+            return self._reset()
+        self.wfile.write(b"0\r\n\r\n")
+        self.wfile.flush()
 
     def _read_body(self, headers) -> bytes:
         if "chunked" not in headers.get("transfer-encoding", "").lower():

@@ -4,9 +4,16 @@ spinner, and the error/exit-code convention.
 Data contract:
 - `early_description(argv, text)` returns True after printing `text` (one line) when
   argv asks for --description; tools call it before building argparse so it stays cheap.
-- `run_main(fn, argv)` calls `fn(argv) -> int`, turning NagentError into one stderr line
-  and its exit code, KeyboardInterrupt into 130, and any other exception (a bug) into one
-  "internal error" line and exit 1; NAGENT_DEBUG=1 shows the traceback instead.
+- `run_main(fn, argv, json_document=None)` calls `fn(argv) -> int`, turning NagentError into
+  one stderr line and its exit code, KeyboardInterrupt into 130, and any other exception (a
+  bug) into one "internal error" line and exit 1; NAGENT_DEBUG=1 shows the traceback instead.
+  When argv asks for JSON (`structured_mode`: --json or --output-format json) the error is
+  also one JSON object on stdout, `json_document(error)` (default: error.as_dict()); for
+  --events (or --output-format stream-json) it is an "error" and a "run_end" JSON line. Usage
+  errors from argparse included: argv is scanned before parsing.
+- `output_mode(options)` -> "text" | "json" | "events" from parsed options (both: UsageError).
+- `add_output_flags(parser)`: --json, --events, --output-format, -q/--quiet, -v/--verbose,
+  --stream/--no-stream (see nagent_output for what they choose).
 - `emit_json(data)` writes one JSON document to stdout (nothing else goes to stdout in
   --json mode). `redact(text, secrets)` blanks out secret values in any text.
 - `argument_parser(**kwargs)` is argparse whose usage errors raise UsageError.
@@ -16,7 +23,8 @@ Data contract:
 - Settings flags: `add_setting_flags(parser, names)` adds one flag per config schema row,
   `provider_overrides(args)` collects the given ones, `load_settings(args)` resolves the
   settings and prints their warnings (unknown config keys) once.
-- `Spinner` draws on stderr only when stderr is a TTY and NAGENT_NO_SPINNER is unset.
+- `Spinner` draws on stderr only when stderr is a TTY and NAGENT_NO_SPINNER is unset; it writes
+  no escape sequence (the line is cleared with spaces), so NO_COLOR output stays plain.
 """
 import json
 import os
@@ -65,25 +73,60 @@ def report_error(error):
     sys.stderr.flush()
 
 
-def run_main(fn, argv=None):
+class Interrupted(NagentError):
+    kind = "interrupted"
+
+
+def structured_mode(argv):
+    """"json", "events" or None: what a command line asks stdout to be, read before parsing
+    (so usage errors are structured too). Only options before a "--" count."""
+    words = list(argv[:argv.index("--")] if "--" in argv else argv)
+    forms = [words[i + 1] for i, word in enumerate(words[:-1]) if word == "--output-format"]
+    forms += [word.split("=", 1)[1] for word in words if word.startswith("--output-format=")]
+    if "--json" in words or "json" in forms:
+        return "json"
+    if "--events" in words or "stream-json" in forms:
+        return "events"
+    return None
+
+
+def emit_structured_error(mode, error, json_document=None, seconds=0.0):
+    if mode == "json":
+        emit_json(json_document(error) if json_document else error.as_dict())
+    elif mode == "events":
+        from nagent_events import event_line
+        t = round(seconds, 3)
+        context = getattr(error, "context", None) or {}
+        sys.stdout.write(event_line(dict({"type": "error", "t": t}, **error.as_dict())) + "\n")
+        sys.stdout.write(event_line({"type": "run_end", "t": t, "exit_code": error.exit_code,
+                                     "calls": 0, "totals": None,
+                                     "conversation": context.get("conversation")}) + "\n")
+        sys.stdout.flush()
+
+
+def run_main(fn, argv=None, json_document=None):
     """Run a tool's main body with the shared error convention. Returns the exit code."""
     argv = sys.argv[1:] if argv is None else list(argv)
+    mode, started = structured_mode(argv), time.monotonic()
     try:
         return fn(argv)
     except NagentError as error:
-        report_error(error)
-        return error.exit_code
+        problem = error
     except KeyboardInterrupt:
-        sys.stderr.write("Error: interrupted\n")
-        return EXIT_CODES["interrupted"]
+        problem = Interrupted("interrupted")
     except BrokenPipeError:
         return EXIT_CODES["failure"]
     except Exception as error:  # a bug: still one line, unless NAGENT_DEBUG asks for the trace
         if os.environ.get("NAGENT_DEBUG"):
             raise
-        report_error(NagentError("internal error", f"{type(error).__name__}: {error}",
-                                 "rerun with NAGENT_DEBUG=1 for the traceback and report it"))
-        return EXIT_CODES["failure"]
+        problem = NagentError("internal error", f"{type(error).__name__}: {error}",
+                              "rerun with NAGENT_DEBUG=1 for the traceback and report it")
+    report_error(problem)
+    try:
+        emit_structured_error(mode, problem, json_document, time.monotonic() - started)
+    except BrokenPipeError:
+        pass
+    return problem.exit_code
 
 
 def read_stdin(stdin):
@@ -136,6 +179,7 @@ class Spinner:
         self.enabled = spinner_enabled(self.stream)
         self._stop = threading.Event()
         self._thread = None
+        self._drawn = 0
 
     def set_label(self, label):
         self.label = label
@@ -145,11 +189,14 @@ class Spinner:
         frame = 0
         while not self._stop.wait(0.1):
             elapsed = time.monotonic() - start
-            self.stream.write(f"\r{self.FRAMES[frame % 4]} {self.label} {elapsed:4.1f}s\x1b[K")
+            text = f"{self.FRAMES[frame % 4]} {self.label} {elapsed:4.1f}s"
+            self.stream.write("\r" + text + " " * max(0, self._drawn - len(text)))
+            self._drawn = len(text)
             self.stream.flush()
             frame += 1
-        self.stream.write("\r\x1b[K")
-        self.stream.flush()
+        if self._drawn:
+            self.stream.write("\r" + " " * self._drawn + "\r")
+            self.stream.flush()
 
     def __enter__(self):
         if self.enabled:
@@ -157,10 +204,15 @@ class Spinner:
             self._thread.start()
         return self
 
-    def __exit__(self, *exc):
+    def stop(self):
+        """Clear the line now (before printing to the same terminal)."""
         if self._thread:
             self._stop.set()
             self._thread.join()
+            self._thread = None
+
+    def __exit__(self, *exc):
+        self.stop()
         return False
 
 
@@ -193,6 +245,38 @@ def add_setting_flags(parser, names):
         parser.add_argument(key.flag, choices=key.choices or None,
                             metavar=None if key.choices else metavar,
                             help=f"{key.help} (config {name}{default}{rule})")
+
+
+def add_output_flags(parser, events=True):
+    """What a run prints and where (nagent, nagent-llm-text)."""
+    parser.add_argument("--json", action="store_true",
+                        help="print one JSON object on stdout, for every outcome (errors too)")
+    if events:
+        parser.add_argument("--events", action="store_true",
+                            help="write JSON Lines events on stdout as the run goes (README: Events)")
+        parser.add_argument("--output-format", choices=("text", "json", "stream-json"),
+                            help="text (default), json (= --json) or stream-json (= --events)")
+        parser.add_argument("-q", "--quiet", action="store_true",
+                            help="no live display on stderr (errors and warnings still print)")
+        parser.add_argument("-v", "--verbose", action="store_true",
+                            help="show the live display on stderr even when it is not a terminal")
+    stream = parser.add_mutually_exclusive_group()
+    stream.add_argument("--stream", dest="stream", action="store_true", default=None,
+                        help="stream the answer to stdout as it arrives (default on a terminal)")
+    stream.add_argument("--no-stream", dest="stream", action="store_false",
+                        help="print the answer only once it is complete")
+
+
+def output_mode(options):
+    """"text", "json" (--json, --output-format json) or "events" (--events, --output-format
+    stream-json) for parsed options (a dict); asking for both is a UsageError."""
+    form = options.get("output_format") or "text"
+    json_mode = bool(options.get("json")) or form == "json"
+    events = bool(options.get("events")) or form == "stream-json"
+    if json_mode and events:
+        raise UsageError("choose one of --json and --events", "", "--json prints one object at "
+                         "the end, --events a JSON line per event as the run goes")
+    return "json" if json_mode else "events" if events else "text"
 
 
 def add_provider_flags(parser):

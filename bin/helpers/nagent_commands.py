@@ -3,18 +3,22 @@
 Data contract: `run_prompt(options)` and `run_lifecycle(chosen, options)` take the parsed
 command line as a plain dict, resolve the settings once (every command reads the config, so a
 malformed one is reported whatever the command), print the human or JSON output, and return
-the exit code. The prompt comes from nagent_cli.read_prompt.
+the exit code. The prompt comes from nagent_cli.read_prompt. A prompt run reports through
+the events sinks nagent_output chooses (live display, streamed answer, --events lines); an
+error raised after the settings are resolved carries `context` (provider, model, conversation)
+for the --json and --events error output of nagent_cli.run_main.
 """
 import os
 import sys
 
-from nagent_cli import current_cwd, emit_json, load_settings, read_prompt, redact, report_error
+from nagent_cli import (current_cwd, emit_json, load_settings, output_mode, read_prompt, redact,
+                        report_error)
 from nagent_errors import NagentError, UsageError
 
 
 def run_prompt(options):
-    from nagent_loop import run_agent_loop
     from nagent_session import build_session, check_conversation
+    mode = output_mode(options)
     if options.get("force"):
         raise UsageError("--force only applies to --save-conversation", "", "see nagent --help")
     check_conversation(options, os.environ)  # a bad name or a missing file comes first
@@ -29,28 +33,50 @@ def run_prompt(options):
         source = "delegated"
     # A delegated child reads the parent's config: the parent already warned about it.
     settings = load_settings(options, warn=not delegated)
-    session = build_session(options, dict(os.environ), current_cwd(), settings)
-    if session.file_edit and session.file_edit.get("warning"):
-        sys.stderr.write(f"warning: {session.file_edit['warning']}\n")
-    outcome = run_agent_loop(session, prompt, source)
-    # Keys the config names (e.g. "${CORP_KEY}") are not in the environment's *_API_KEY set
-    # that report_error knows: blank the session's own list in everything printed.
-    data = redacted(outcome.as_dict(), session.secrets)
-    if options.get("json"):
-        emit_json(data)
-    elif data["response"] is not None:
-        text = data["response"]
-        sys.stdout.write(text if text.endswith("\n") else text + "\n")
-    if data.get("valid") is False and data["response"] is not None:
-        sys.stderr.write("warning: the model's last reply is not in the nagent protocol; "
-                         "it is printed as is\n")
-    if data.get("accepted") is False and data["response"] is not None:
-        sys.stderr.write("warning: the response hook did not accept this response; it is printed "
-                         "as not accepted\n")
-    if data["error"]:  # on stderr in --json mode too: stdout stays one JSON document
-        report_error(NagentError(data["error"].get("error", "run failed"),
-                                 data["error"].get("value", ""), data["error"].get("fix", "")))
-    return outcome.exit_code
+    context = {"provider": settings.provider.name, "model": settings.model}
+    try:
+        session = build_session(options, dict(os.environ), current_cwd(), settings)
+        context["conversation"] = session.path
+        if session.file_edit and session.file_edit.get("warning"):
+            sys.stderr.write(f"warning: {session.file_edit['warning']}\n")
+        return run_session(session, prompt, source, options, mode)
+    except NagentError as error:
+        error.context = context  # provider, model and conversation for --json and --events
+        raise
+
+
+def run_session(session, prompt, source, options, mode):
+    """Run the loop with the sinks the flags and the terminal choose; print the outcome."""
+    import nagent_output
+    from nagent_loop import run_agent_loop
+    out = nagent_output.choose_output(options, session.settings, sys.stdout, sys.stderr,
+                                      os.environ)
+    try:
+        outcome = run_agent_loop(session, prompt, source, out.events)
+        # Keys the config names (e.g. "${CORP_KEY}") are not in the environment's *_API_KEY set
+        # that report_error knows: blank the session's own list in everything printed.
+        data = redacted(outcome.as_dict(), session.secrets)
+        if mode == "json":
+            emit_json(nagent_output.outcome_document(data, out.log))
+        elif mode == "text" and data["response"] is not None and not out.answered:
+            text = data["response"]
+            sys.stdout.write(text if text.endswith("\n") else text + "\n")
+            sys.stdout.flush()
+        if data.get("valid") is False and data["response"] is not None:
+            sys.stderr.write("warning: the model's last reply is not in the nagent protocol; "
+                             "it is printed as is\n")
+        if data.get("accepted") is False and data["response"] is not None:
+            sys.stderr.write("warning: the response hook did not accept this response; it is "
+                             "printed as not accepted\n")
+        if data["error"]:  # on stderr in --json mode too: stdout stays one JSON document
+            out.events.emit("error", **data["error"])
+            report_error(NagentError(data["error"].get("error", "run failed"),
+                                     data["error"].get("value", ""), data["error"].get("fix", "")))
+        out.events.emit("run_end", exit_code=outcome.exit_code, calls=outcome.run_stats.turns,
+                        totals=data["totals"], conversation=session.path)
+        return outcome.exit_code
+    finally:
+        out.events.close()
 
 
 def redacted(value, secrets):
@@ -73,11 +99,14 @@ def run_lifecycle(chosen, options):
         raise UsageError("a lifecycle flag takes no prompt", " ".join(options["prompt"]))
     if options.get("force") and chosen[0] != "save_conversation":
         raise UsageError("--force only applies to --save-conversation", "--" + chosen[0].replace("_", "-"))
+    if output_mode(options) == "events":
+        raise UsageError("--events applies to a prompt run", "--" + chosen[0].replace("_", "-"),
+                         "use --json for a lifecycle command")
     handler = getattr(commands, chosen[0])
     # Every command reads the config, so a malformed one is reported whatever the command.
     settings = load_settings(options)
     data, text = handler(options, settings)
-    if options.get("json"):
+    if output_mode(options) == "json":
         emit_json(data)
     elif text:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")

@@ -13,6 +13,14 @@ Data contract:
   normalised to stop | length | stop_sequence | content_filter | other, the matched stop
   sequence, elapsed seconds, attempts, and `estimated` (True when the provider reported no
   usage and tokens were estimated from characters).
+- Streaming: `generate(..., on_text=fn)` uses the adapter's `stream(client, request, settings,
+  on_text)` (same dict as `call`) and hands every text delta to `fn` as it arrives; the Result
+  is still the whole reply. A stream that ends before the provider's final event (a dropped
+  connection) is a retryable connection error; the retry starts the reply afresh, and `on_retry`
+  is the caller's signal that text already handed out is superseded. A dropped attempt's
+  partial output is still counted (estimated from characters, `estimated` True).
+  `Result.streamed` says the reply was streamed and `first_text` is the seconds from the call's
+  start to its first text.
 - One retry policy governs every provider (SDK retries are off): 408/409/429/5xx/529,
   timeouts and refused/reset connections are retried with exponential backoff + jitter,
   honouring retry-after / retry-after-ms up to `retry_after_cap`; never 400/401/403/404.
@@ -24,7 +32,7 @@ SDKs are imported only inside the adapter modules' functions, at call time.
 import importlib
 import random
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from nagent_config import api_key_for, resolve_settings
 from nagent_errors import ProviderError, SetupError
@@ -79,6 +87,8 @@ class Result:
     attempts: int = 1
     estimated: bool = False
     raw_finish: str | None = field(default=None, compare=False)
+    streamed: bool = False
+    first_text: float | None = None
 
     def as_dict(self):
         return asdict(self)
@@ -165,6 +175,11 @@ def status_error(provider, status, message, error_type="", headers=None):
                          retry_after=parse_retry_after(headers))
 
 
+def stream_cut(provider):
+    """A stream that ended before the provider's final event: the connection went away."""
+    return network_error(provider, "connection", "the stream ended before the reply was complete")
+
+
 def network_error(provider, kind, detail):
     """Timeouts and refused/reset connections: retryable, no status."""
     what = {"timeout": f"{provider} request timed out",
@@ -224,35 +239,61 @@ def without_key(problem, settings):
     return problem
 
 
-def generate(request, settings, sleep=time.sleep, on_retry=None, client=None):
+def generate(request, settings, sleep=time.sleep, on_retry=None, client=None, on_text=None):
     """Send `request` with the provider in `settings`; retry per the one policy. `client`
-    (from make_client with the same settings) is reused when given."""
+    (from make_client with the same settings) is reused when given. With `on_text`, the reply
+    is streamed (when the adapter can) and each text delta is passed to it as it arrives."""
     adapter = load_adapter(settings)
     if client is None:
         client = adapter.make_client(settings, api_key_for(settings))
-    attempts = 0
+    streaming = on_text is not None and hasattr(adapter, "stream")
+    attempts, lost = 0, ""
     started = time.monotonic()
     while True:
         attempts += 1
+        got = []
         try:
-            raw = adapter.call(client, request, settings)
+            if streaming:
+                raw = adapter.stream(client, request, settings, _collector(got, on_text, started))
+            else:
+                raw = adapter.call(client, request, settings)
             break
-        except ProviderError:
-            raise
+        except ProviderError as error:
+            problem = error
         except Exception as error:  # SDK and transport errors, classified by the adapter
             problem = adapter.classify(error, settings)
             if problem is None:
                 raise
-            problem = without_key(problem, settings)
-            if not problem.retryable or attempts >= settings.retry.max_attempts:
-                if attempts > 1:
-                    problem.value = f"{problem.value} (after {attempts} attempts)"
-                raise problem from None
-            delay = backoff_delay(attempts, settings, problem.retry_after)
-            if on_retry:
-                on_retry(problem, attempts, delay)
-            sleep(delay)
-    return finish_result(raw, request, settings, attempts, time.monotonic() - started)
+        problem = without_key(problem, settings)
+        lost += "".join(text for _, text in got)
+        if not problem.retryable or attempts >= settings.retry.max_attempts:
+            if attempts > 1:
+                problem.value = f"{problem.value} (after {attempts} attempts)"
+            raise problem from None
+        delay = backoff_delay(attempts, settings, problem.retry_after)
+        if on_retry:
+            on_retry(problem, attempts, delay)
+        sleep(delay)
+    result = finish_result(raw, request, settings, attempts, time.monotonic() - started)
+    if streaming:
+        result = replace(result, streamed=True, first_text=round(got[0][0], 3) if got else None)
+    if lost:
+        # A dropped stream's output was generated (and is billed): count it, as an estimate.
+        result = replace(result, input_tokens=result.input_tokens + request_tokens(request),
+                         output_tokens=result.output_tokens + estimate_tokens(lost), estimated=True)
+    return result
+
+
+def _collector(got, on_text, started):
+    def take(text):
+        if text:
+            got.append((time.monotonic() - started, text))
+            on_text(text)
+    return take
+
+
+def request_tokens(request):
+    return sum(estimate_tokens(m.text) for m in request.messages)
 
 
 def finish_result(raw, request, settings, attempts, elapsed):
@@ -262,7 +303,7 @@ def finish_result(raw, request, settings, attempts, elapsed):
     output_tokens = raw.get("output_tokens")
     estimated = input_tokens is None and output_tokens is None
     if estimated:
-        input_tokens = sum(estimate_tokens(m.text) for m in request.messages)
+        input_tokens = request_tokens(request)
         output_tokens = estimate_tokens(text)
     finish = raw.get("finish_reason") or "stop"
     return Result(
@@ -277,10 +318,11 @@ def finish_result(raw, request, settings, attempts, elapsed):
     )
 
 
-def generate_text(text, settings=None, client=None, **options):
-    """The smallest primitive: one text in, one Result out."""
+def generate_text(text, settings=None, client=None, on_text=None, on_retry=None, **options):
+    """The smallest primitive: one text in, one Result out (streamed to `on_text` if given)."""
     settings = resolve_settings() if settings is None else settings
-    return generate(text_request(text, **options), settings, client=client)
+    return generate(text_request(text, **options), settings, client=client, on_text=on_text,
+                    on_retry=on_retry)
 
 
 def list_models(settings):

@@ -15,14 +15,19 @@ written appends a failed-run marker, so the next prompt never reads as part of i
   `max_format_retries + 1`: then the run stops with exit 8.
 The outcome is plain data: the final response (cleaned; at exit 8 the last invalid reply's
 text, with `valid` False), exit code, turns, this run's and the conversation's token totals.
+As it goes the run emits events (nagent_events; `events` None is quiet): run_start, prompt,
+model_call_start/end, reply_delta (only when a sink wants deltas: the calls are then
+streamed), retry, reply (valid, final), note, action_start/end and response (once a
+response hook, if any, accepted it). The caller emits error and run_end. Nothing here prints
+but the initial context's warnings.
 """
 import json
 import sys
+import time
 from dataclasses import dataclass, replace
 
-from nagent_accounting import TokenStats, add_child, status_line
-from nagent_actions import process_action
-from nagent_cli import Spinner
+from nagent_accounting import TokenStats, add_child
+from nagent_action_view import action_result, action_summary
 from nagent_conversation import ConversationWriter, utc_now
 from nagent_errors import (EXIT_CODES, LimitError, NagentError, ProtocolFailure, ProviderError,
                            UsageError)
@@ -30,7 +35,7 @@ from nagent_hooks import gate_response
 from nagent_protocol import (clean_user_output, correction_text, kept_reply, parse_response,
                              stop_block)
 from nagent_requests import build_request
-from nagent_run import Run
+from nagent_run import DeltaRedactor, Run
 from nagent_run_records import (CONTINUATION_ATTRS, CONTINUE_TEXT, failed_prompt, failure_marker)
 from nagent_window import maybe_compact
 
@@ -68,7 +73,7 @@ class Reply:
         return self.calls > 1
 
 
-def call_llm(run, spinner):
+def call_llm(run, purpose="reply"):
     """One model call over the request derived from the file; usage folded into totals.
     Returns (result, the stop sequences the request carried)."""
     session = run.session
@@ -77,22 +82,39 @@ def call_llm(run, spinner):
                          "raise max_calls in the config or continue with another prompt")
     request = build_request(run.writer.records(), session.settings.provider,
                             cache_key=session.cache_key)
+    number = run.call_started(purpose)
+    deltas = None
+    if run.events.wants_deltas:
+        deltas = DeltaRedactor(session.secrets,
+                               lambda text: run.emit("reply_delta", call=number, text=text))
 
     def on_retry(problem, attempt, delay):
         run.append("error", f"{problem.line()} — retrying in {delay:.1f} s (attempt {attempt + 1})",
                    {"status": str(problem.status or problem.error_type)})
+        if deltas:
+            deltas.reset()
+        run.emit("retry", call=number, attempt=attempt + 1,
+                 max_attempts=session.settings.retry.max_attempts, delay=round(delay, 3),
+                 reason=retry_reason(problem), error=run.redact(problem.line()[len("Error: "):]))
 
     import nagent_llm
     run.calls += 1
     try:
         result = nagent_llm.generate(request, session.settings, on_retry=on_retry,
-                                     client=run.provider_client())
+                                     client=run.provider_client(),
+                                     on_text=deltas.feed if deltas else None)
     except ProviderError as error:
         run.append("error", error.line(), {"status": str(error.status or error.error_type)})
         raise
-    run.count_call(result)
-    spinner.set_label(status_line(run.run_stats))
+    if deltas:
+        deltas.flush()
+    run.count_call(result, purpose)
     return result, request.stop
+
+
+def retry_reason(problem):
+    """"HTTP 429", "timeout", "connection" ...: why a call is retried, in a few words."""
+    return f"HTTP {problem.status}" if problem.status else (problem.error_type or "error")
 
 
 def stopped_at(result, stops):
@@ -121,8 +143,16 @@ def repeated_too_often(run, actions, limit):
 
 def process_tags(run, actions):
     """Run each action in order, appending its result (and any continuation prompt)."""
+    from nagent_actions import process_action  # not needed before the first reply with actions
     for action in actions:
+        run.actions_run += 1
+        summary = run.redact(action_summary(action))
+        run.emit("action_start", index=run.actions_run, kind=action.kind, summary=summary)
+        started = time.monotonic()
         outcome = process_action(action, run.session.action_context)
+        view = action_result(action, outcome, time.monotonic() - started)
+        view["outcome"] = run.redact(view["outcome"])
+        run.emit("action_end", index=run.actions_run, kind=action.kind, summary=summary, **view)
         if outcome.hook:
             run.append("hook", *outcome.hook.record())
         if outcome.block:
@@ -141,12 +171,12 @@ def continuable(text):
     return parsed.cut_at is None and (parsed.valid or parsed.truncated)
 
 
-def next_reply(run, spinner, budget):
+def next_reply(run, budget, purpose="reply"):
     """A whole reply in at most `budget` calls (and `max_continuations` continuations)."""
     limits = run.session.limits
     parts = []
     while True:
-        result, stops = call_llm(run, spinner)
+        result, stops = call_llm(run, purpose if not parts else "continuation")
         parts.append(result.text)
         text = "".join(parts)
         if result.finish_reason != "length" or len(parts) > limits.max_continuations \
@@ -158,11 +188,15 @@ def next_reply(run, spinner, budget):
         run.append("system", CONTINUE_TEXT, CONTINUATION_ATTRS)
 
 
-def run_agent_loop(session, prompt, source="argv"):
+def run_agent_loop(session, prompt, source="argv", events=None):
+    settings = session.settings
+    if events is not None:
+        events.emit("run_start", conversation=session.path, provider=settings.provider.name,
+                    model=settings.model, invocation=session.meta.get("invocation", "user"))
     with ConversationWriter(session.path, lock_timeout=session.limits.lock_timeout) as writer:
         if prompt is None:
             prompt = retry_prompt(writer.records(), session.path)
-        run = Run(session, writer)
+        run = Run(session, writer, events)
         try:
             return _loop(run, prompt, source)
         except KeyboardInterrupt:
@@ -200,7 +234,17 @@ def failed(run, error, response=None):
     """The run stops on `error`: mark its prompt's run failed, then the outcome."""
     body, attrs = failure_marker(error.kind)
     run.append("system", body, attrs)
+    if response is not None:
+        run.emit("response", text=response, valid=False, accepted=True)
     return outcome(run, response, error.exit_code, error.as_dict(), valid=response is None)
+
+
+def answered(run, response, code, error=None):
+    """The run ends with a final answer (None: none)."""
+    if response is not None:
+        response = run.redact(response)
+        run.emit("response", text=response, valid=True, accepted=True)
+    return outcome(run, response, code, error)
 
 
 def reply_notes(parsed, actions, responses):
@@ -255,70 +299,85 @@ def _loop(run, prompt, source):
     limits = run.session.limits
     start_conversation(run)
     run.append("prompt", prompt, {"source": source})
+    run.emit("prompt", text=run.redact(prompt), source=source)
     streak_calls = 0  # model calls since the last valid reply
-    with Spinner("waiting for model") as spinner:
-        while True:
-            try:
-                maybe_compact(run, utc_now(), checkpoint=streak_calls == 0)
-                reply = next_reply(run, spinner, limits.max_format_retries + 1 - streak_calls)
-            except LimitError as error:
-                return final_summary(run, spinner, error)
-            except NagentError as error:
-                return failed(run, error)
-            streak_calls += reply.calls
-            parsed = parse_response(reply.text, reply.stopped_at)
-            if not parsed.valid:
-                failure = record_invalid(run, reply, reply_attrs(reply), parsed, streak_calls)
-                if failure:
-                    return failed(run, failure, response=run.redact(reply.text))
-                continue
-            streak_calls = 0
-            record_valid(run, reply, reply_attrs(reply), parsed)
-            actions = [a for a in parsed.actions if a.kind != "response"]
-            responses = [a for a in parsed.actions if a.kind == "response"]
-            notes = reply_notes(parsed, actions, responses)
-            if notes:
-                run.append("system", "<system>" + " ".join(notes) + "</system>")
-            if not actions:
-                final = clean_user_output(responses[-1].body) if responses else ""
-                gate = gate_response(run, final)  # the response hook, when one is configured
-                if gate is None:
-                    return outcome(run, final, EXIT_CODES["ok"])
-                if gate.stop:
-                    return replace(failed(run, gate.stop), response=run.redact(final), accepted=False)
-                continue
-            repeated = repeated_too_often(run, actions, limits.repeat_limit)
-            if repeated and run.recent_actions[-1][1] > limits.repeat_limit:
-                # Past the warning: stop without running the same thing yet again.
-                return final_summary(run, spinner, LimitError(
-                    "the model repeated the same action", run.recent_actions[-1][1],
-                    "the conversation keeps every step; rephrase the task"))
-            process_tags(run, actions)
-            if repeated:
-                run.append("system", f"<system>You have run the same action "
-                           f"{run.recent_actions[-1][1]} times in a row with the same result. Do "
-                           "something different or give your final <nagent-response>.</system>")
+    while True:
+        try:
+            maybe_compact(run, utc_now(), checkpoint=streak_calls == 0)
+            reply = next_reply(run, limits.max_format_retries + 1 - streak_calls)
+        except LimitError as error:
+            return final_summary(run, error)
+        except NagentError as error:
+            return failed(run, error)
+        streak_calls += reply.calls
+        parsed = parse_response(reply.text, reply.stopped_at)
+        if not parsed.valid:
+            run.emit("reply", calls=reply.calls, valid=False, final=False, actions=0,
+                     error=run.redact(parsed.error))
+            failure = record_invalid(run, reply, reply_attrs(reply), parsed, streak_calls)
+            if failure:
+                return failed(run, failure, response=run.redact(reply.text))
+            continue
+        streak_calls = 0
+        record_valid(run, reply, reply_attrs(reply), parsed)
+        actions = [a for a in parsed.actions if a.kind != "response"]
+        responses = [a for a in parsed.actions if a.kind == "response"]
+        run.emit("reply", calls=reply.calls, valid=True, final=not actions, actions=len(actions),
+                 error=None)
+        notes = reply_notes(parsed, actions, responses)
+        if notes:
+            run.append("system", "<system>" + " ".join(notes) + "</system>")
+            for note in notes:
+                run.emit("note", text=note)
+        if not actions:
+            final = clean_user_output(responses[-1].body) if responses else ""
+            gate = gate_response(run, final)  # the response hook, when one is configured
+            if gate is None:
+                return answered(run, final, EXIT_CODES["ok"])
+            if gate.stop:
+                done = replace(failed(run, gate.stop), response=run.redact(final), accepted=False)
+                run.emit("response", text=done.response, valid=True, accepted=False)
+                return done
+            run.emit("note", text="the response hook did not accept the answer; asking again")
+            continue
+        repeated = repeated_too_often(run, actions, limits.repeat_limit)
+        if repeated and run.recent_actions[-1][1] > limits.repeat_limit:
+            # Past the warning: stop without running the same thing yet again.
+            return final_summary(run, LimitError(
+                "the model repeated the same action", run.recent_actions[-1][1],
+                "the conversation keeps every step; rephrase the task"))
+        process_tags(run, actions)
+        if repeated:
+            text = (f"You have run the same action {run.recent_actions[-1][1]} times in a row "
+                    "with the same result. Do something different or give your final "
+                    "<nagent-response>.")
+            run.append("system", f"<system>{text}</system>")
+            run.emit("note", text=text)
 
 
-def final_summary(run, spinner, reason):
+def final_summary(run, reason):
     """Stop spinning: ask once for a final summary, print it, and exit with the limit code."""
     run.append("system", f"<system>Stop here ({reason.what}). Reply now with only a "
                "<nagent-response> summarising what was done, what is left, and why you stopped."
                "</system>")
+    run.emit("note", text=f"stopping: {reason.what}; asking the model for a final summary")
     response = None
     try:
         limits = run.session.limits
         run.session = replace(run.session, limits=replace(limits, max_calls=run.calls + 1))
-        reply = next_reply(run, spinner, limits.max_continuations + 1)
+        reply = next_reply(run, limits.max_continuations + 1, purpose="summary")
         parsed = parse_response(reply.text, reply.stopped_at)
         if parsed.valid:
             record_valid(run, reply, reply_attrs(reply), parsed)
         else:
             run.append("reply", reply.text, dict(reply_attrs(reply), valid="false"))
         responses = [a for a in parsed.actions if a.kind == "response"]
+        actions = [a for a in parsed.actions if a.kind != "response"]
+        # A summary's answer is final even beside actions: they are not run.
+        run.emit("reply", calls=reply.calls, valid=parsed.valid, final=bool(responses),
+                 actions=len(actions), error=run.redact(parsed.error or "") or None)
         if responses:
             response = clean_user_output(responses[-1].body)
     except NagentError:
         pass
-    return outcome(run, response, reason.exit_code, reason.as_dict())
-
+    return answered(run, response, reason.exit_code, reason.as_dict())

@@ -1,6 +1,8 @@
 """Anthropic adapter (Messages API).
 
-Data contract: as every adapter — `make_client`, `call` → dict, `classify`, `list_models`.
+Data contract: as every adapter — `make_client`, `call` → dict, `stream` → dict (Messages
+stream events: text deltas to on_text; usage from message_start, updated by message_delta),
+`classify`, `list_models`.
 Request parts become separate text blocks; `request.cache_breakpoints` (message index, part
 index) get `cache_control: {"type": "ephemeral"}` (at most 4, the API's limit). Anthropic
 reports input_tokens WITHOUT cached tokens, so input = input + cache read + cache creation.
@@ -8,7 +10,7 @@ reports input_tokens WITHOUT cached tokens, so input = input + cache read + cach
 import base64
 
 from nagent_llm import (base_url_for, is_malformed, malformed_error, network_error, read_reply,
-                        require_package, status_error)
+                        require_package, status_error, stream_cut)
 
 MAX_BREAKPOINTS = 4
 
@@ -61,41 +63,89 @@ def build_messages(request):
     return messages
 
 
-def call(client, request, settings):
-    options = {}
+def _options(request, settings):
+    options = {"model": settings.model,
+               "max_tokens": request.max_output_tokens or settings.llm.max_output_tokens,
+               "messages": build_messages(request)}
     if request.stop:
         options["stop_sequences"] = list(request.stop[: settings.provider.max_stop_sequences or 8])
-    response = client.messages.create(model=settings.model,
-                                      max_tokens=request.max_output_tokens or settings.llm.max_output_tokens,
-                                      messages=build_messages(request), **options)
-    return read_reply(_result, response)
+    return options
+
+
+def call(client, request, settings):
+    return read_reply(_result, client.messages.create(**_options(request, settings)))
+
+
+USAGE_FIELDS = ("input_tokens", "output_tokens", "cache_read_input_tokens",
+                "cache_creation_input_tokens")
+
+
+def stream(client, request, settings, on_text):
+    texts, usage, model, stop, done = [], {}, None, (None, None), False
+    with client.messages.create(stream=True, **_options(request, settings)) as events:
+        for event in events:
+            kind = getattr(event, "type", None)
+            if kind == "content_block_delta":
+                text = getattr(event.delta, "text", None)
+                if getattr(event.delta, "type", None) == "text_delta" and text:
+                    texts.append(text)
+                    on_text(text)
+            elif kind == "message_start":
+                model = getattr(event.message, "model", None)
+                _take_usage(usage, getattr(event.message, "usage", None))
+            elif kind == "message_delta":
+                stop = (getattr(event.delta, "stop_reason", None),
+                        getattr(event.delta, "stop_sequence", None))
+                _take_usage(usage, getattr(event, "usage", None))
+            elif kind == "message_stop":
+                done = True
+    if not done:
+        raise stream_cut(settings.provider.name)
+    return read_reply(_fields, ("".join(texts), model, usage, stop[0], stop[1]))
+
+
+def _take_usage(usage, reported):
+    """message_delta usage is cumulative: a field it reports replaces message_start's."""
+    for name in USAGE_FIELDS:
+        value = getattr(reported, name, None)
+        if value is not None:
+            usage[name] = value
 
 
 def _result(response):
     text = "".join(block.text for block in (response.content or [])
                    if getattr(block, "type", None) == "text")
-    usage = response.usage
-    read = getattr(usage, "cache_read_input_tokens", None) or 0
-    write = getattr(usage, "cache_creation_input_tokens", None) or 0
-    uncached = getattr(usage, "input_tokens", None)
-    raw = response.stop_reason
+    usage = {name: getattr(response.usage, name, None) for name in USAGE_FIELDS}
+    return _fields((text, response.model, usage, response.stop_reason,
+                    getattr(response, "stop_sequence", None)))
+
+
+def _fields(parts):
+    text, model, usage, raw, stop_sequence = parts
+    read = usage.get("cache_read_input_tokens") or 0
+    write = usage.get("cache_creation_input_tokens") or 0
+    uncached = usage.get("input_tokens")
     finish = {"end_turn": "stop", "max_tokens": "length", "stop_sequence": "stop_sequence",
               "refusal": "content_filter"}.get(raw, "other" if raw else "stop")
     return {
-        "text": text, "model": response.model,
+        "text": text, "model": model,
         "input_tokens": None if uncached is None else uncached + read + write,
-        "output_tokens": getattr(usage, "output_tokens", None),
+        "output_tokens": usage.get("output_tokens"),
         "cache_read_tokens": read, "cache_write_tokens": write,
-        "finish_reason": finish, "stop_sequence": getattr(response, "stop_sequence", None),
-        "raw_finish": raw,
+        "finish_reason": finish, "stop_sequence": stop_sequence, "raw_finish": raw,
     }
 
 
 def classify(error, settings):
     import anthropic
+    import httpx2
     name = settings.provider.name
     if is_malformed(error):
         return malformed_error(name, error)
+    if isinstance(error, httpx2.TimeoutException):  # raised raw while reading a stream
+        return network_error(name, "timeout", "no answer within the read timeout")
+    if isinstance(error, httpx2.TransportError):
+        return network_error(name, "connection", type(error).__name__)
     if isinstance(error, anthropic.APITimeoutError):
         return network_error(name, "timeout", "no answer within the read timeout")
     if isinstance(error, anthropic.APIConnectionError):

@@ -1,13 +1,15 @@
 """Google Gen AI adapter (Gemini generateContent, Files API for large uploads).
 
-Data contract: as every adapter — `make_client`, `call` → dict, `classify`, `list_models`.
+Data contract: as every adapter — `make_client`, `call` → dict, `stream` → dict
+(streamGenerateContent chunks: text parts to on_text; the last chunk's finish reason and usage),
+`classify`, `list_models`.
 Assistant messages are sent with role "model". Gemini's promptTokenCount already includes
 cachedContentTokenCount (implicit prefix caching); thoughtsTokenCount is reasoning.
 The client object is kept by the caller for the whole call: a temporary client is garbage
 collected and closes its connection mid-call (measured, see design notes).
 """
 from nagent_llm import (base_url_for, is_malformed, malformed_error, network_error, read_reply,
-                        require_package, status_error)
+                        require_package, status_error, stream_cut)
 
 INLINE_LIMIT = 20 * 1024 * 1024   # larger uploads go through the Files API
 
@@ -41,7 +43,7 @@ def attachment_parts(client, attachments):
     return parts
 
 
-def call(client, request, settings):
+def _arguments(client, request, settings):
     from google.genai import types
     last_user = max((i for i, m in enumerate(request.messages) if m.role == "user"), default=-1)
     contents = []
@@ -56,25 +58,55 @@ def call(client, request, settings):
     config = {"max_output_tokens": request.max_output_tokens or settings.llm.max_output_tokens}
     if request.stop:
         config["stop_sequences"] = list(request.stop[: settings.provider.max_stop_sequences or 5])
-    response = client.models.generate_content(model=settings.model, contents=contents,
-                                              config=types.GenerateContentConfig(**config))
+    return {"model": settings.model, "contents": contents,
+            "config": types.GenerateContentConfig(**config)}
+
+
+def call(client, request, settings):
+    response = client.models.generate_content(**_arguments(client, request, settings))
     return read_reply(_result, response)
 
 
-def _result(response):
+def stream(client, request, settings, on_text):
+    texts, finish, usage, model = [], None, None, None
+    for chunk in client.models.generate_content_stream(**_arguments(client, request, settings)):
+        candidate = _candidate(chunk)
+        for text in _texts(candidate):
+            texts.append(text)
+            on_text(text)
+        finish = getattr(candidate, "finish_reason", None) or finish
+        usage = getattr(chunk, "usage_metadata", None) or usage
+        model = getattr(chunk, "model_version", None) or model
+    if finish is None:
+        raise stream_cut(settings.provider.name)
+    return read_reply(_fields, ("".join(texts), model, finish, usage))
+
+
+def _candidate(response):
     candidates = response.candidates or []
-    candidate = candidates[0] if candidates else None
-    texts = []
-    if candidate is not None and candidate.content is not None:
-        texts = [part.text for part in (candidate.content.parts or []) if getattr(part, "text", None)
-                 and not getattr(part, "thought", False)]
-    raw = getattr(getattr(candidate, "finish_reason", None), "name", None) or (
-        str(candidate.finish_reason) if candidate is not None and candidate.finish_reason else None)
+    return candidates[0] if candidates else None
+
+
+def _texts(candidate):
+    if candidate is None or candidate.content is None:
+        return []
+    return [part.text for part in (candidate.content.parts or []) if getattr(part, "text", None)
+            and not getattr(part, "thought", False)]
+
+
+def _result(response):
+    candidate = _candidate(response)
+    return _fields(("".join(_texts(candidate)), getattr(response, "model_version", None),
+                    getattr(candidate, "finish_reason", None), response.usage_metadata))
+
+
+def _fields(parts):
+    text, model, reason, usage = parts
+    raw = getattr(reason, "name", None) or (str(reason) if reason else None)
     finish = {"STOP": "stop", "MAX_TOKENS": "length", "SAFETY": "content_filter",
               "PROHIBITED_CONTENT": "content_filter"}.get(raw, "other" if raw else "stop")
-    usage = response.usage_metadata
     return {
-        "text": "".join(texts), "model": getattr(response, "model_version", None),
+        "text": text, "model": model,
         "input_tokens": getattr(usage, "prompt_token_count", None),
         "output_tokens": getattr(usage, "candidates_token_count", None),
         "cache_read_tokens": getattr(usage, "cached_content_token_count", None),

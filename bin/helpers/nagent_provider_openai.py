@@ -2,15 +2,18 @@
 endpoints (rows with api == "chat": ollama, vllm, lmstudio, llama-cpp, openrouter ...).
 
 Data contract: `make_client(settings, key)`, `call(client, request, settings) -> dict` (text,
-model, usage fields, finish_reason, stop_sequence), `classify(error, settings) -> ProviderError
-| None`, `list_models(client, settings) -> [names]`. The SDK is imported inside these calls.
+model, usage fields, finish_reason, stop_sequence), `stream(client, request, settings, on_text)
+-> the same dict` (text deltas handed to on_text as they arrive: Responses stream events, or
+Chat Completions chunks with the usage chunk requested), `classify(error, settings) ->
+ProviderError | None`, `list_models(client, settings) -> [names]`. The SDK is imported inside
+these calls.
 OpenAI reports cached prompt tokens in *_tokens_details.cached_tokens (cache writes are not
 reported: its prefix cache is automatic); reasoning tokens in output/completion details.
 """
 import base64
 
 from nagent_llm import (base_url_for, is_malformed, malformed_error, network_error, read_reply,
-                        require_package, status_error)
+                        require_package, status_error, stream_cut)
 
 
 def make_client(settings, key):
@@ -61,23 +64,77 @@ def _messages(request, api):
     return messages
 
 
-def call(client, request, settings):
+def _options(request, settings):
+    """(create() keyword arguments, api) for this request."""
     row = settings.provider
     max_tokens = request.max_output_tokens or settings.llm.max_output_tokens
     if row.api == "chat":
-        options = {}
+        options = {"model": settings.model, "messages": _messages(request, "chat"),
+                   "max_tokens": max_tokens}
         if request.stop:
             options["stop"] = list(request.stop[: row.max_stop_sequences or 4])
-        response = client.chat.completions.create(model=settings.model,
-                                                  messages=_messages(request, "chat"),
-                                                  max_tokens=max_tokens, **options)
-        return read_reply(_chat_result, response)
-    options = {}
+        return options, "chat"
+    options = {"model": settings.model, "input": _messages(request, "responses"),
+               "max_output_tokens": max_tokens, "store": False}
     if request.cache_key:
         options["prompt_cache_key"] = request.cache_key
-    response = client.responses.create(model=settings.model, input=_messages(request, "responses"),
-                                       max_output_tokens=max_tokens, store=False, **options)
-    return read_reply(_responses_result, response)
+    return options, "responses"
+
+
+def call(client, request, settings):
+    options, api = _options(request, settings)
+    if api == "chat":
+        return read_reply(_chat_result, client.chat.completions.create(**options))
+    return read_reply(_responses_result, client.responses.create(**options))
+
+
+def stream(client, request, settings, on_text):
+    options, api = _options(request, settings)
+    if api == "chat":
+        return _stream_chat(client, options, settings, on_text)
+    final = None
+    with client.responses.create(stream=True, **options) as events:
+        for event in events:
+            kind = getattr(event, "type", None)
+            if kind == "response.output_text.delta":
+                on_text(event.delta or "")
+            elif kind in ("response.completed", "response.incomplete"):
+                final = event.response
+            elif kind in ("response.failed", "error"):
+                raise _stream_failure(event, settings.provider.name)
+    if final is None:
+        raise stream_cut(settings.provider.name)
+    return read_reply(_responses_result, final)
+
+
+def _stream_failure(event, name):
+    """A `response.failed` or `error` stream event as a ProviderError (server errors retry)."""
+    error = _get(event, "response", "error") or event
+    code = str(getattr(error, "code", None) or "stream_error")
+    message = getattr(error, "message", None) or "the stream reported an error"
+    status = 429 if "rate_limit" in code else 500 if code in ("server_error", "stream_error") else 400
+    return status_error(name, status, message, code)
+
+
+def _stream_chat(client, options, settings, on_text):
+    texts, finish, usage, model = [], None, None, None
+    events = client.chat.completions.create(stream=True, stream_options={"include_usage": True},
+                                            **options)
+    with events:
+        for chunk in events:
+            model = getattr(chunk, "model", None) or model
+            usage = getattr(chunk, "usage", None) or usage
+            choices = getattr(chunk, "choices", None) or []
+            if not choices:
+                continue
+            text = _get(choices[0], "delta", "content")
+            if text:
+                texts.append(text)
+                on_text(text)
+            finish = getattr(choices[0], "finish_reason", None) or finish
+    if finish is None:
+        raise stream_cut(settings.provider.name)
+    return read_reply(_chat_fields, ("".join(texts), model, finish, usage))
 
 
 def _get(obj, *names):
@@ -112,13 +169,16 @@ def _responses_result(response):
 def _chat_result(response):
     choices = getattr(response, "choices", None) or []
     choice = choices[0] if choices else None
-    text = _get(choice, "message", "content") or ""
-    raw = getattr(choice, "finish_reason", None)
+    return _chat_fields((_get(choice, "message", "content") or "", getattr(response, "model", None),
+                         getattr(choice, "finish_reason", None), getattr(response, "usage", None)))
+
+
+def _chat_fields(parts):
+    text, model, raw, usage = parts
     finish = {"stop": "stop", "length": "length", "content_filter": "content_filter"}.get(raw, "other"
                                                                                           if raw else "stop")
-    usage = getattr(response, "usage", None)
     return {
-        "text": text, "model": getattr(response, "model", None),
+        "text": text, "model": model,
         "input_tokens": _get(usage, "prompt_tokens"), "output_tokens": _get(usage, "completion_tokens"),
         "cache_read_tokens": _get(usage, "prompt_tokens_details", "cached_tokens"),
         "reasoning_tokens": _get(usage, "completion_tokens_details", "reasoning_tokens"),
@@ -127,10 +187,15 @@ def _chat_result(response):
 
 
 def classify(error, settings):
+    import httpx2
     import openai
     name = settings.provider.name
     if is_malformed(error):
         return malformed_error(name, error)
+    if isinstance(error, httpx2.TimeoutException):  # raised raw while reading a stream
+        return network_error(name, "timeout", "no answer within the read timeout")
+    if isinstance(error, httpx2.TransportError):
+        return network_error(name, "connection", type(error).__name__)
     if isinstance(error, openai.APITimeoutError):
         return network_error(name, "timeout", "no answer within the read timeout")
     if isinstance(error, openai.APIConnectionError):

@@ -5,16 +5,24 @@ ConversationWriter that owns the conversation file while the lock is held, this 
 the conversation's token totals (the latter continued from the file's last "stats" record),
 the window chain, the number of model calls made, and one provider client for the whole run.
 Everything durable goes through `append`, which redacts the session's secrets first; every
-model call, whoever makes it, is counted with `count_call`, which appends a "stats" record.
+model call, whoever makes it, is announced with `call_started(purpose)` and counted with
+`count_call(result, purpose)`, which appends a "stats" record. `events` (nagent_events.Events;
+quiet by default) receives what the run reports as it goes, through `emit`; `DeltaRedactor`
+passes streamed text on with the session's secrets blanked, holding back a tail that may be the
+start of one.
 It sits below nagent_loop and nagent_window so both (and nagent_compact) use it without
 importing each other.
 """
 import json
 
 import nagent_llm
-from nagent_accounting import TokenStats, add_result
+from nagent_accounting import TokenStats, add_result, call_cost
 from nagent_cli import redact
 from nagent_conversation_tail import last_stats
+from nagent_events import Events
+
+USAGE_FIELDS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens",
+                "reasoning_tokens", "estimated")
 
 LAST_CALL_FIELDS = ("provider", "model", "input_tokens", "output_tokens", "cache_read_tokens",
                     "cache_write_tokens", "finish_reason", "elapsed", "attempts", "estimated")
@@ -23,9 +31,11 @@ LAST_CALL_FIELDS = ("provider", "model", "input_tokens", "output_tokens", "cache
 class Run:
     """Mutable state of one invocation; everything durable goes through `writer`."""
 
-    def __init__(self, session, writer):
+    def __init__(self, session, writer, events=None):
         self.session = session
         self.writer = writer
+        self.events = Events() if events is None else events
+        self.actions_run = 0
         self.run_stats = TokenStats()
         previous = last_stats(writer.records())
         self.conv_stats = TokenStats.from_dict((previous or {}).get("conversation", {}))
@@ -53,8 +63,60 @@ class Run:
             self.client = nagent_llm.make_client(self.session.settings)
         return self.client
 
-    def count_call(self, result):
+    def emit(self, kind, /, **fields):
+        return self.events.emit(kind, **fields)
+
+    def call_started(self, purpose):
+        """Announce a model call (reply, continuation, summary, checkpoint); its number."""
+        number = self.run_stats.turns + 1
+        settings = self.session.settings
+        self.emit("model_call_start", call=number, purpose=purpose, provider=settings.provider.name,
+                  model=settings.model)
+        return number
+
+    def count_call(self, result, purpose="checkpoint"):
         prices = self.session.settings.prices
         self.run_stats = add_result(self.run_stats, result, prices)
         self.conv_stats = add_result(self.conv_stats, result, prices)
         self.record_stats(result)
+        cost = call_cost(result, prices)
+        self.emit("model_call_end", call=self.run_stats.turns, purpose=purpose,
+                  provider=result.provider, model=result.model, finish=result.finish_reason,
+                  elapsed=result.elapsed, attempts=result.attempts, streamed=result.streamed,
+                  first_text=result.first_text,
+                  usage={key: getattr(result, key) for key in USAGE_FIELDS},
+                  cost_usd=None if cost is None else round(cost, 6))
+
+
+class DeltaRedactor:
+    """Streamed text with secrets blanked: `feed` passes on what can no longer become part of a
+    secret (redacted), `flush` the rest at the call's end, `reset` drops it (a retry)."""
+
+    def __init__(self, secrets, send):
+        self.secrets = tuple(secret for secret in secrets if secret)
+        self.send = send
+        self.pending = ""
+
+    def feed(self, text):
+        if not self.secrets:
+            self.send(text)
+            return
+        pending = self.pending + text
+        hold = 0
+        for secret in self.secrets:
+            for size in range(min(len(secret) - 1, len(pending)), hold, -1):
+                if secret.startswith(pending[len(pending) - size:]):
+                    hold = size
+                    break
+        self.pending = pending[len(pending) - hold:] if hold else ""
+        out = pending[:len(pending) - hold]
+        if out:
+            self.send(redact(out, self.secrets))
+
+    def flush(self):
+        if self.pending:
+            self.send(redact(self.pending, self.secrets))
+        self.pending = ""
+
+    def reset(self):
+        self.pending = ""

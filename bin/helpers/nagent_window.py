@@ -48,6 +48,7 @@ def refresh_checkpoint(run, now):
     checkpoints.retire_stale_checkpoint(run.session.path, window, size)
     settings = run.session.settings
     limit = max(20_000, window_settings(settings).window_max_bytes // 2)
+    run.call_started("checkpoint")
     text, result, problem = checkpoints.write_checkpoint(
         run.session.path, records, size,
         lambda prompt: generate_text(prompt, settings, client=run.provider_client()),

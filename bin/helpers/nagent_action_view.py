@@ -1,0 +1,188 @@
+"""One-line views of actions and their outcomes, for the live display, --events and --json.
+
+Data contract (pure functions):
+- `one_line(text, limit)` is `text` made safe for one terminal line: control, format and bidi
+  characters (the model controls these strings) are written as visible escapes (\\n as ⏎,
+  other C0/C1, DEL, U+200B-U+200F, U+202A-U+202E, U+2066-U+2069 ... as \\xNN / \\uNNNN),
+  whitespace runs collapse to one space, and text past `limit` columns (wide characters count
+  two) is cut with "…".
+- `action_summary(action)` -> the action's one line: the shell script, the path, the index,
+  the quoted task or prompt (at most SUMMARY_LIMIT columns).
+- `action_result(action, outcome, seconds)` -> {"ok", "outcome", "seconds", + facts}: facts
+  read from the result block the handler built (exit_code and lines or output bytes for shell,
+  bytes for read/write, calls and tokens for agent); the block is the driver's own text.
+- `human_bytes(n)` ("4.1 kB") and `human_count(n)` ("12k") are the display's number formats.
+"""
+import re
+
+SUMMARY_LIMIT = 200
+_SPACES = re.compile(r"[ \t]+")
+_MARKER = re.compile(r"^\[(?:stdout|stderr): (\d+) bytes; .*; full output in .*\]$")
+_BIDI = frozenset(range(0x202A, 0x202F)) | frozenset(range(0x2066, 0x206A)) | {0x061C, 0x200E,
+                                                                               0x200F}
+
+
+def _escape(char):
+    code = ord(char)
+    if char == "\n":
+        return " ⏎ "
+    if char == "\t":
+        return " "
+    if code < 0x20 or 0x7F <= code < 0xA0:
+        return f"\\x{code:02x}"
+    if code in _BIDI or 0x200B <= code <= 0x200D or code in (0x2028, 0x2029, 0xFEFF):
+        return f"\\u{code:04x}"
+    return None
+
+
+def _unsafe(char):
+    code = ord(char)
+    if code < 0x20 or 0x7F <= code < 0xA0:
+        return True
+    return code >= 0x300 and (code in _BIDI or _format_char(char))
+
+
+def _format_char(char):
+    import unicodedata
+    return unicodedata.category(char) in ("Cf", "Cs", "Co", "Cn", "Zl", "Zp")
+
+
+def _width(char):
+    if ord(char) < 0x1100:
+        return 1
+    import unicodedata
+    return 2 if unicodedata.east_asian_width(char) in ("W", "F") else (
+        0 if unicodedata.combining(char) else 1)
+
+
+def one_line(text, limit=SUMMARY_LIMIT):
+    """`text` as one safe terminal line of at most `limit` columns (see the module docstring)."""
+    out = []
+    for char in text.replace("\r\n", "\n").strip():
+        if _unsafe(char):
+            out.append(_escape(char) or f"\\u{ord(char):04x}")
+        else:
+            out.append(char)
+    line = _SPACES.sub(" ", "".join(out))
+    return cut(line, limit)
+
+
+def cut(line, limit):
+    """`line` cut to `limit` columns with "…" (wide characters count two)."""
+    if len(line) <= limit // 2:
+        return line
+    widths = [_width(char) for char in line]
+    if sum(widths) <= limit:
+        return line
+    used = 0
+    for index, width in enumerate(widths):
+        if used + width > limit - 1:
+            return line[:index] + "…"
+        used += width
+    return line
+
+
+def human_bytes(size):
+    if size < 1000:
+        return f"{size} B"
+    for unit in ("kB", "MB", "GB"):
+        size /= 1000
+        if size < 1000 or unit == "GB":
+            return f"{size:.1f} {unit}" if size < 100 else f"{size:.0f} {unit}"
+    return f"{size} B"
+
+
+def human_count(count):
+    if count < 1000:
+        return str(count)
+    if count < 10_000:
+        return f"{count / 1000:.1f}k"
+    if count < 1_000_000:
+        return f"{count // 1000}k"
+    return f"{count / 1_000_000:.1f}M"
+
+
+def action_summary(action):
+    kind = action.kind
+    if kind in ("read", "file-read", "write"):
+        text = action.attr("path", "")
+        if kind == "write":
+            text += f" ({human_bytes(len(action.body.encode('utf-8', 'replace')))})"
+        return one_line(text)
+    if kind == "file-patch":
+        return one_line(action.attr("index", ""))
+    if kind in ("agent", "next"):
+        return '"' + one_line(action.body, SUMMARY_LIMIT - 2) + '"'
+    return one_line(action.body)
+
+
+def _block_parts(block):
+    """(attrs text of the opening tag, body) of a driver result block."""
+    head, _, rest = block.partition("\n")
+    body = rest[:rest.rfind("\n</")] if "\n</" in rest else ""
+    return head, body
+
+
+def _attr(head, name):
+    match = re.search(rf' {name}="([^"]*)"', head)
+    return match.group(1) if match else None
+
+
+def _shell(body, seconds):
+    lines = body.split("\n")
+    code = lines[0][len("exit_code: "):] if lines[0].startswith("exit_code: ") else "none"
+    facts = {"exit_code": int(code) if code.lstrip("-").isdigit() else None}
+    header = lines[:lines.index("stdout:")] if "stdout:" in lines else lines
+    for line in header:
+        if line.startswith("refused: "):
+            return dict(facts, ok=False, outcome="refused: " + one_line(line[9:], 160))
+    timed_out = any(line.startswith("timed_out: true") for line in header)
+    parts = [f"exit {code}" if not timed_out else "timed out", f"{seconds:.1f} s"]
+    markers = [int(m.group(1)) for m in map(_MARKER.match, lines) if m]
+    if markers:
+        facts["output_bytes"] = sum(markers)
+        parts.append(f"{human_bytes(facts['output_bytes'])} output")
+    elif "stdout:" in lines:
+        count = len(lines) - len(header) - 2 - (1 if lines[-1] == "" else 0)
+        facts["lines"] = max(0, count)
+        parts.append(f"{facts['lines']} line{'s' if facts['lines'] != 1 else ''}")
+    ok = facts["exit_code"] == 0 and not timed_out
+    return dict(facts, ok=ok, outcome=" · ".join(parts))
+
+
+def action_result(action, outcome, seconds):
+    """What the display and the JSON outputs say about one finished action."""
+    seconds = round(seconds, 3)
+    head, body = _block_parts(outcome.block) if outcome.block else ("", "")
+    if _attr(head, "status") == "error" or body.startswith("error: "):
+        message = body[len("error: "):] if body.startswith("error: ") else body
+        return {"ok": False, "outcome": one_line(message, 160), "seconds": seconds}
+    kind = action.kind
+    if kind == "shell":
+        return dict(_shell(body, seconds), seconds=seconds)
+    if kind in ("read", "file-read"):
+        if _attr(head, "split") == "true":
+            count = sum(1 for line in body.split("\n") if line.lstrip().startswith(("- ", "* ")))
+            text = f"split into segments ({count})" if count else "split into segments"
+            return {"ok": True, "outcome": text, "seconds": seconds}
+        size = int(_attr(head, "bytes") or 0)
+        return {"ok": True, "outcome": human_bytes(size), "bytes": size, "seconds": seconds}
+    if kind == "write":
+        verb = body.split(" ", 1)[0] if body else "written"
+        size = len(action.body.encode("utf-8", "replace"))
+        return {"ok": True, "outcome": f"{verb} · {human_bytes(size)}", "bytes": size,
+                "seconds": seconds}
+    if kind == "file-patch":
+        return {"ok": True, "outcome": one_line(_attr(head, "status") or "done", 60),
+                "seconds": seconds}
+    if kind == "agent":
+        child = outcome.child or {}
+        calls = int(child.get("turns") or 0)
+        tokens = int(child.get("input_tokens") or 0) + int(child.get("output_tokens") or 0)
+        code = body.split("\n", 1)[0][len("exit_code: "):] if body.startswith("exit_code: ") else ""
+        text = f"{calls} call{'s' if calls != 1 else ''} · {human_count(tokens)} tokens"
+        ok = code == "0"
+        return {"ok": ok, "outcome": text if ok else f"exit {code or '?'} · {text}", "calls": calls,
+                "tokens": tokens, "seconds": seconds}
+    return {"ok": not outcome.failed, "outcome": "continue" if kind == "next" else "done",
+            "seconds": seconds}

@@ -1,0 +1,212 @@
+"""The live view of a run on stderr: one line per action start and end, retries, notes, a
+status line saying what is happening, and a closing summary line that stays.
+
+Data contract: `Display(stream, color, animate, pause_in_actions=False)` is an events sink
+(nagent_events). Lines (every model-controlled string already made safe by
+nagent_action_view.one_line, and cut to the terminal width):
+  ▸ shell  pytest -q tests/test_split.py        action_start
+    ✓ exit 0 · 1.2 s · 34 lines                 action_end (✗ on failure or refusal)
+  ↻ retrying in 4 s (HTTP 429, attempt 2 of 4)  retry
+  ! <note>                                      format corrections, notes, not-final answers
+  ● 3 model calls · 12k in (80% cached) · 1.2k out · $0.0123 · 14.2 s   run_end
+With `animate` (stderr is a terminal and NAGENT_NO_SPINNER is unset) a status line below the
+log is redrawn every 0.1 s from a thread: "model call N · provider/model · 3.4 s · 12k in ·
+1.2k out" while waiting for the model, "shell · 2.1 s" while an action runs (not while a shell
+command may ask for approval on the terminal: `pause_in_actions`); without it, each model call
+ends with one line instead. `pause()`/`resume()` clear the status line while the answer is
+written to stdout on the same terminal, and `before_line` (set by the answer printer) ends an
+open stdout line before a stderr line is written. Colour (ANSI SGR) only with `color`; without it no
+escape sequence is written at all (the status line is cleared with spaces).
+"""
+import os
+import threading
+import time
+
+from nagent_action_view import cut, human_count, one_line
+
+FRAMES = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
+COLORS = {"start": "36", "ok": "32", "fail": "31", "warn": "33", "dim": "2", "bold": "1"}
+
+
+def terminal_width(stream, default=100):
+    try:
+        columns = os.get_terminal_size(stream.fileno()).columns
+    except (AttributeError, OSError, ValueError):
+        return default
+    return max(20, columns) if columns > 0 else default  # a new pty may say 0
+
+
+def summary_line(totals, seconds):
+    """The closing line: model calls, input with cached share, output, cost, wall time."""
+    calls = int(totals.get("turns") or 0)
+    inputs = int(totals.get("input_tokens") or 0)
+    cached = int(totals.get("cache_read_tokens") or 0)
+    share = f" ({cached / inputs:.0%} cached)" if inputs else ""
+    cost = totals.get("cost_usd")
+    money = "cost unknown" if cost is None else f"${cost:.4f}"
+    estimated = " (estimated)" if totals.get("estimated") else ""
+    return (f"{calls} model call{'s' if calls != 1 else ''} · {human_count(inputs)} in{share} · "
+            f"{human_count(int(totals.get('output_tokens') or 0))} out{estimated} · {money} · "
+            f"{seconds:.1f} s")
+
+
+def retry_line(event):
+    delay = event["delay"]
+    wait = f"{delay:.0f} s" if delay >= 1 else f"{delay:.1f} s"
+    return f"retrying in {wait} ({event['reason']}, attempt {event['attempt']} of {event['max_attempts']})"
+
+
+class Display:
+    """The stderr view of a run (see the module docstring)."""
+    wants_deltas = False
+
+    def __init__(self, stream, color=False, animate=False, pause_in_actions=False,
+                 clock=time.monotonic):
+        self.stream, self.color, self.animate = stream, color, animate
+        self.pause_in_actions = pause_in_actions
+        self.clock = clock
+        self.lock = threading.Lock()
+        self.status = None         # (label, started) of what is happening now
+        self.drawn = 0             # columns of the status line on screen
+        self.paused = False
+        self.frame = 0
+        self.model = ""
+        self.totals = {"input_tokens": 0, "output_tokens": 0}
+        self.started = clock()
+        self.before_line = None    # called before a line is written (ends an open stdout line)
+        self._stop = threading.Event()
+        self._thread = None
+
+    # -- drawing -----------------------------------------------------------------------
+    def _paint(self, role, text):
+        return f"\x1b[{COLORS[role]}m{text}\x1b[0m" if self.color else text
+
+    def _clear(self):
+        if self.drawn:
+            self.stream.write("\r" + " " * self.drawn + "\r")
+            self.drawn = 0
+
+    def _status_text(self):
+        label, since = self.status
+        text = f"{FRAMES[self.frame % len(FRAMES)]} {label} · {self.clock() - since:.1f} s"
+        if label.startswith("model call") and self.totals["input_tokens"]:
+            text += (f" · {human_count(self.totals['input_tokens'])} in · "
+                     f"{human_count(self.totals['output_tokens'])} out")
+        return cut(text, terminal_width(self.stream) - 1)
+
+    def _draw(self):
+        if not self.animate or self.paused or self.status is None:
+            return
+        text = self._status_text()
+        self.stream.write("\r" + text + " " * max(0, self.drawn - len(text)))
+        self.drawn = len(text)
+        self.stream.flush()
+
+    def _loop(self):
+        while not self._stop.wait(0.1):
+            with self.lock:
+                self.frame += 1
+                self._draw()
+
+    def line(self, text, role=None, indent="", span=None):
+        """One permanent line above the status line; `role` colours `span` characters after
+        the indent (all of them by default)."""
+        text = cut(indent + text, terminal_width(self.stream) - 1)
+        with self.lock:
+            if self.before_line is not None:
+                self.before_line()
+            self._clear()
+            if role and self.color:
+                head = len(indent)
+                end = len(text) if span is None else head + span
+                text = text[:head] + self._paint(role, text[head:end]) + text[end:]
+            self.stream.write(text + "\n")
+            self._draw()
+            self.stream.flush()
+
+    def note(self, text):
+        self.line("! " + one_line(text, 400), "warn")
+
+    def pause(self):
+        with self.lock:
+            self.paused = True
+            self._clear()
+            self.stream.flush()
+
+    def resume(self):
+        with self.lock:
+            self.paused = False
+            self._draw()
+
+    def _set_status(self, label):
+        with self.lock:
+            self.status = (label, self.clock()) if label else None
+            if label is None:
+                self._clear()
+                self.stream.flush()
+            else:
+                self._draw()
+        if label and self.animate and self._thread is None:
+            self._thread = threading.Thread(target=self._loop, daemon=True)
+            self._thread.start()
+
+    # -- events --------------------------------------------------------------------------
+    def handle(self, event):
+        handler = getattr(self, "on_" + event["type"], None)
+        if handler:
+            handler(event)
+
+    def on_run_start(self, event):
+        self.model = f"{event.get('provider')}/{event.get('model')}"
+
+    def on_model_call_start(self, event):
+        what = {"checkpoint": "checkpoint call", "summary": "summary call"}.get(event.get("purpose"),
+                                                                                 "model call")
+        self._set_status(f"{what} {event['call']} · {self.model}")
+
+    def on_model_call_end(self, event):
+        usage = event.get("usage") or {}
+        for key in self.totals:
+            self.totals[key] += int(usage.get(key) or 0)
+        if not self.animate:
+            self.line(f"· model call {event['call']} · {human_count(int(usage.get('input_tokens') or 0))} "
+                      f"in · {human_count(int(usage.get('output_tokens') or 0))} out · "
+                      f"{event.get('elapsed', 0):.1f} s · {event.get('finish')}", "dim")
+        self._set_status(None)
+
+    def on_retry(self, event):
+        self.line("↻ " + retry_line(event), "warn")
+
+    def on_reply(self, event):
+        if not event.get("valid"):
+            self.note(f"the reply was not in the protocol ({event.get('error') or 'invalid'}); "
+                      "asking again")
+
+    def on_note(self, event):
+        self.note(event["text"])
+
+    def on_action_start(self, event):
+        kind = event["kind"]
+        self.line(f"▸ {kind}  {event['summary']}", "start", span=len(kind) + 2)
+        if not (self.pause_in_actions and kind == "shell"):
+            self._set_status(kind)
+
+    def on_action_end(self, event):
+        mark, role = ("✓", "ok") if event["ok"] else ("✗", "fail")
+        self._set_status(None)
+        self.line(f"{mark} {event['outcome']}", role, indent="  ")
+
+    def on_run_end(self, event):
+        self._set_status(None)
+        totals = event.get("totals") or {}
+        if totals.get("turns") or event.get("calls"):
+            self.line("● " + summary_line(totals, self.clock() - self.started), "bold")
+
+    def close(self):
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join()
+            self._thread = None
+        with self.lock:
+            self._clear()
+            self.stream.flush()

@@ -1,0 +1,84 @@
+"""What a `nagent` run shows, and where: the sinks of its events, chosen once from the flags,
+the terminal and the environment; and the --json documents.
+
+Data contract
+-------------
+* `choose_output(options, settings, stdout, stderr, environ) -> Output` (plain data): `events`
+  (nagent_events.Events over the chosen sinks), `log` (ActionLog: provider, model, actions for
+  --json), `display` and `printer` (or None). The rules:
+  - display (stderr): unless -q; when stderr is a terminal, or with -v. It animates a status
+    line only on a terminal without NAGENT_NO_SPINNER, and colours only on a terminal when
+    NO_COLOR is unset or empty and TERM is not "dumb";
+  - printer (the final answer streamed to stdout): in text mode when streaming is on (--stream,
+    or stdout is a terminal unless --no-stream) and nagent_stream.stream_allowed(settings);
+  - JSON lines (stdout) in events mode; stdout carries nothing else then.
+* `outcome_document(data, log)` is the --json object of a run: the outcome plus provider, model
+  and actions. `error_document(error, context)` is the same shape for a run that ended with an
+  error outside the loop (usage, config, setup, busy ...): response null, exit_code, error
+  {error, value, fix, kind, exit_code}, and provider, model and conversation when known.
+"""
+from nagent_cli import output_mode
+from nagent_events import ActionLog, Events, JsonLines
+
+
+class Output:
+    """The chosen sinks of one run (plain data)."""
+
+    def __init__(self, mode, events, log, display=None, printer=None):
+        self.mode, self.events, self.log = mode, events, log
+        self.display, self.printer = display, printer
+
+    @property
+    def answered(self):
+        """True when the final answer was already printed (streamed) to stdout."""
+        return bool(self.printer is not None and self.printer.done)
+
+
+def _isatty(stream):
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def choose_output(options, settings, stdout, stderr, environ):
+    from nagent_stream import stream_allowed
+    mode = output_mode(options)
+    sinks, display, printer = [], None, None
+    on_terminal = _isatty(stderr)
+    if not options.get("quiet") and (on_terminal or options.get("verbose")):
+        from nagent_display import Display
+        color = on_terminal and not environ.get("NO_COLOR") and environ.get("TERM") != "dumb"
+        animate = on_terminal and environ.get("NAGENT_NO_SPINNER", "") in ("", "0")
+        display = Display(stderr, color=color, animate=animate,
+                          pause_in_actions=settings.shell.approval == "confirm")
+        sinks.append(display)
+    stream = options.get("stream")
+    if mode == "text" and (stream if stream is not None else _isatty(stdout)) \
+            and stream_allowed(settings):
+        from nagent_stream import AnswerPrinter
+
+        def write(text):
+            stdout.write(text)
+            stdout.flush()
+        printer = AnswerPrinter(write, display.note if display else None, display)
+        sinks.append(printer)
+    if mode == "events":
+        sinks.append(JsonLines(stdout))
+    log = ActionLog(settings.provider.name, settings.model)
+    sinks.append(log)
+    return Output(mode, Events(sinks, origin=options.get("started")), log, display, printer)
+
+
+def outcome_document(data, log):
+    document = dict(data)
+    document.update(log.as_dict())
+    return document
+
+
+def error_document(error, context=None):
+    context = context or {}
+    return {"response": None, "valid": True, "exit_code": error.exit_code,
+            "conversation": context.get("conversation"), "turns": 0, "totals": None,
+            "conversation_totals": None, "error": error.as_dict(),
+            "provider": context.get("provider"), "model": context.get("model"), "actions": []}
