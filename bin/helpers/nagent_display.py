@@ -179,8 +179,8 @@ class Display:
 
     def on_reply(self, event):
         if not event.get("valid"):
-            self.note(f"the reply was not in the protocol ({event.get('error') or 'invalid'}); "
-                      "asking again")
+            error = (event.get("error") or "invalid").rstrip(".")
+            self.note(f"the reply was not in the protocol: {error}; asking again")
 
     def on_note(self, event):
         self.note(event["text"])

@@ -116,8 +116,10 @@ class AnswerStream:
             if rest.startswith(OPEN):
                 self.state, self.pending = "body", text[pos + len(OPEN):]
                 return
-            if not (OPEN.startswith(rest) or (not thought and not fenced and (
-                    any(tag.startswith(rest) for tag in _THINKING) or "```".startswith(rest)))):
+            maybe_thinking = not thought and not fenced and any(tag.startswith(rest)
+                                                                for tag in _THINKING)
+            if not (OPEN.startswith(rest) or maybe_thinking or
+                    (not fenced and "```".startswith(rest))):
                 self.state = "no"
             return
 

@@ -1,0 +1,139 @@
+"""The live view of a run on a real terminal: the real bin/nagent with stderr (and stdout) on a
+pseudo-terminal, against the fake vendor. Action lines, retry line, format corrections, the
+closing summary line, colour only on a terminal and never with NO_COLOR, nothing with -q, and
+quiet off a terminal unless -v."""
+import fcntl
+import os
+import re
+import struct
+import subprocess
+import sys
+import termios
+import threading
+
+from base import BIN
+from test_loop import NagentRunCase
+
+ESC = "\x1b"
+SCRIPT_REPLY = ('<nagent-shell>echo hi from shell</nagent-shell>\n<nagent-read path="notes.txt"/>\n'
+                '<nagent-write path="/etc/nagent-test-refused">x</nagent-write>')
+ANSWER = "<nagent-response>\nAll done.\nThe notes say hello.\n</nagent-response>"
+
+
+def run_on_terminal(args, env, cwd, stdout_on_terminal=False, timeout=60):
+    """(exit code, stdout text or None, what the terminal showed) of bin/nagent with stderr
+    (and stdout, if asked) on a fresh 120x40 pseudo-terminal."""
+    master, slave = os.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+    proc = subprocess.Popen([sys.executable, os.path.join(BIN, "nagent"), *args],
+                            stdin=subprocess.DEVNULL, stderr=slave, env=env, cwd=cwd,
+                            stdout=slave if stdout_on_terminal else subprocess.PIPE)
+    os.close(slave)
+    chunks = []
+
+    def read():
+        while True:
+            try:
+                data = os.read(master, 65536)
+            except OSError:  # EIO: every writer closed the terminal
+                return
+            if not data:
+                return
+            chunks.append(data)
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    stdout = None
+    if not stdout_on_terminal:
+        with proc.stdout:
+            stdout = proc.stdout.read().decode()
+    code = proc.wait(timeout=timeout)
+    reader.join(timeout)
+    os.close(master)
+    screen = b"".join(chunks).decode("utf-8", "replace").replace("\r\n", "\n")
+    return code, stdout, screen
+
+
+def final_lines(screen):
+    """The permanent lines of a terminal capture: status-line redraws (\\r ...) removed."""
+    lines = []
+    for line in screen.split("\n"):
+        lines.append(line.rsplit("\r", 1)[-1])
+    return [line for line in lines if line.strip()]
+
+
+class LiveTerminalTest(NagentRunCase):
+    CONFIG = {"provider": "anthropic", "retry": {"base_delay": 0, "max_delay": 0}}
+
+    def setUp(self):
+        super().setUp()
+        self.write_file("notes.txt", "hello notes\n")
+        self.env.pop("NAGENT_NO_SPINNER", None)
+        self.env["TERM"] = "xterm"
+        self.env.pop("NO_COLOR", None)
+
+    def script(self):
+        self.fake.reply(SCRIPT_REPLY)
+        self.fake.fault(429, headers={"retry-after-ms": "30"})
+        self.fake.reply("Sure, let me think about it.")          # outside the protocol
+        self.fake.reply(ANSWER)
+
+    def test_actions_retry_correction_and_summary_on_a_terminal(self):
+        self.script()
+        code, stdout, screen = run_on_terminal(["--conversation", "live", "look at the notes"],
+                                               self.env, self.cwd)
+        self.assertEqual(code, 0, screen)
+        self.assertEqual(stdout, "All done.\nThe notes say hello.\n")  # stdout is a pipe: whole
+        plain = re.sub(r"\x1b\[[0-9;]*m", "", screen)
+        lines = final_lines(plain)
+        self.assertIn("▸ shell  echo hi from shell", lines)
+        self.assertIn("  ✓ exit 0 · 0.0 s · 1 line", [re.sub(r"\d+\.\d s", "0.0 s", l) for l in lines])
+        self.assertIn("▸ read  notes.txt", lines)
+        self.assertIn("  ✓ 12 B", lines)
+        self.assertIn("▸ write  /etc/nagent-test-refused (1 B)", lines)
+        refused = [line for line in lines if line.startswith("  ✗ ")]
+        self.assertEqual(len(refused), 1, lines)
+        self.assertRegex(plain, r"↻ retrying in \d+(\.\d)? s \(HTTP 429, attempt 2 of 4\)")
+        self.assertIn("! the reply was not in the protocol: text outside tags at line 1: 'Sure, let "
+                      "me think about it.'; asking again", lines)
+        summary = [line for line in lines if line.startswith("● ")]
+        self.assertEqual(len(summary), 1, lines)
+        self.assertRegex(summary[0], r"^● 3 model calls · [\d.k]+ in \(\d+% cached\) · \d+ out · "
+                                     r"\$\d+\.\d{4} · \d+\.\d s$")
+        self.assertEqual(lines[-1], summary[0])          # the closing line stays, last
+        self.assertIn("model call 2", plain)             # the status line says which call
+        self.assertIn(ESC + "[32m", screen)              # colour on a terminal
+        self.assertNotIn("turn 1", plain)
+
+    def test_no_color_streams_the_answer_on_the_same_terminal_without_escapes(self):
+        self.fake.reply("<nagent-shell>echo one</nagent-shell>")
+        self.fake.reply(ANSWER, chunk=4, gap=0.01)
+        self.env["NO_COLOR"] = "1"
+        code, _, screen = run_on_terminal(["--conversation", "plain", "go"], self.env, self.cwd,
+                                          stdout_on_terminal=True)
+        self.assertEqual(code, 0, screen)
+        self.assertNotIn(ESC, screen)
+        lines = final_lines(screen)
+        self.assertIn("All done.", lines)
+        self.assertIn("The notes say hello.", lines)
+        self.assertLess(lines.index("▸ shell  echo one"), lines.index("All done."))
+        self.assertTrue(lines[-1].startswith("● 2 model calls · "), lines)
+        replies = self.kinds(self.named_path("plain"), "reply")
+        self.assertEqual(replies[-1].body, ANSWER)       # the record is the whole reply
+
+    def test_quiet_shows_nothing_and_off_a_terminal_stays_quiet_unless_verbose(self):
+        self.fake.reply("<nagent-shell>echo quiet</nagent-shell>")
+        self.fake.reply(ANSWER)
+        code, stdout, screen = run_on_terminal(["-q", "--conversation", "q", "go"], self.env, self.cwd)
+        self.assertEqual((code, stdout, screen), (0, "All done.\nThe notes say hello.\n", ""))
+        self.fake.reply("<nagent-shell>echo piped</nagent-shell>")
+        self.fake.reply(ANSWER)
+        proc = self.nagent("--conversation", "p", "go")
+        self.assertEqual((proc.returncode, proc.stderr), (0, ""))
+        self.fake.reply("<nagent-shell>echo verbose</nagent-shell>")
+        self.fake.reply(ANSWER)
+        proc = self.nagent("-v", "--conversation", "v", "go")
+        lines = proc.stderr.splitlines()
+        self.assertIn("▸ shell  echo verbose", lines)
+        self.assertTrue(lines[-1].startswith("● 2 model calls · "), lines)
+        self.assertNotIn(ESC, proc.stderr)               # not a terminal: no colour
+        self.assertEqual(proc.stdout, "All done.\nThe notes say hello.\n")
