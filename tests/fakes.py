@@ -24,12 +24,14 @@ Data contract:
 - `stream: true` (or Gemini :streamGenerateContent) → the complete SSE stream in one response
   (Anthropic and Responses events carry `event:` lines; chat ends with `data: [DONE]`).
   `reply(..., chunk=n, gap=s, drop_after=k)` streams slowly instead: text deltas of n characters,
-  every event its own chunk of a chunked body sent s seconds apart, and with `drop_after` the
-  connection is reset after k text deltas (a stream cut off mid-way).
+  every event its own chunk of a chunked body, each from the first text delta on sent s seconds
+  after the previous one, and with `drop_after` the connection is reset after k text deltas (a
+  stream cut off mid-way).
 - Faults: status + headers + body (dict/bytes; default the vendor's real error JSON), `delay`
   seconds before answering, `drop=True` resets the connection (RST) without an answer.
 - Inspection: `requests` (dicts: vendor, method, path, query, headers, key_headers, json, body,
-  form, status, reply, defaulted), `requests_for(vendor)`, `pending()` (unconsumed script items),
+  form, status, reply, defaulted, received: the wall-clock time it arrived),
+  `requests_for(vendor)`, `pending()` (unconsumed script items),
   `files` (uploads by OpenAI id / Gemini name), `errors` (bugs inside the fake, answered as 500).
   `google_processing_polls = n` makes the first n reads of a new Gemini file say PROCESSING.
 - Keys: with `require_key` (default) a request without the vendor's key → 401 in its format;
@@ -99,6 +101,7 @@ class Answer:
     chunks: tuple = None      # streamed in chunked transfer encoding, `gap` seconds apart
     gap: float = 0.0
     drop_at: int = None       # reset the connection before chunk number drop_at
+    first: int = 0            # chunks before this one (the stream's preamble) are not delayed
 
 
 ROUTES = [  # (method, path regex, vendor or None = told apart by headers, handler, generation?)
@@ -266,7 +269,7 @@ class FakeVendor:
                   "headers": {k: ("<redacted>" if k in SECRET_HEADERS else v) for k, v in headers.items()},
                   "key_headers": [k for k in SECRET_HEADERS if k in headers] + (["?key"] if "key" in query
                                                                                  else []),
-                  "json": None, "body": body, "form": None}
+                  "json": None, "body": body, "form": None, "received": time.time()}
         if "json" in headers.get("content-type", "") and body:
             try:
                 record["json"] = json.loads(body)
@@ -592,7 +595,8 @@ def _stream(events, spec, first=0) -> Answer:
         return Answer(200, headers, sse(events), spec.delay)
     chunks = tuple(sse([event]) for event in events)
     drop_at = None if spec.drop_after is None else first + spec.drop_after
-    return Answer(200, headers, b"", spec.delay, chunks=chunks, gap=spec.gap, drop_at=drop_at)
+    return Answer(200, headers, b"", spec.delay, chunks=chunks, gap=spec.gap, drop_at=drop_at,
+                  first=first)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -653,7 +657,7 @@ class _Handler(BaseHTTPRequestHandler):
         for index, chunk in enumerate(answer.chunks):
             if answer.drop_at is not None and index >= answer.drop_at:
                 return self._reset()
-            if index and answer.gap and self.fake._stopping.wait(answer.gap):
+            if index >= answer.first and answer.gap and self.fake._stopping.wait(answer.gap):
                 self.close_connection = True
                 return
             self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))

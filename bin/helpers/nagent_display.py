@@ -36,9 +36,10 @@ def terminal_width(stream, default=100):
     return max(20, columns) if columns > 0 else default  # a new pty may say 0
 
 
-def summary_line(totals, seconds):
-    """The closing line: model calls, input with cached share, output, cost, wall time."""
-    calls = int(totals.get("turns") or 0)
+def summary_line(totals, seconds, child_calls=0):
+    """The closing line: model calls (sub-agents' included), input with cached share, output,
+    cost, wall time."""
+    calls = int(totals.get("turns") or 0) + child_calls
     inputs = int(totals.get("input_tokens") or 0)
     cached = int(totals.get("cache_read_tokens") or 0)
     share = f" ({cached / inputs:.0%} cached)" if inputs else ""
@@ -72,6 +73,7 @@ class Display:
         self.frame = 0
         self.model = ""
         self.totals = {"input_tokens": 0, "output_tokens": 0}
+        self.child_calls = 0       # model calls of sub-agents (their totals are in the run's)
         self.started = clock()
         self.before_line = None    # called before a line is written (ends an open stdout line)
         self._stop = threading.Event()
@@ -192,6 +194,7 @@ class Display:
             self._set_status(kind)
 
     def on_action_end(self, event):
+        self.child_calls += int(event.get("calls") or 0) if event["kind"] == "agent" else 0
         mark, role = ("✓", "ok") if event["ok"] else ("✗", "fail")
         self._set_status(None)
         self.line(f"{mark} {event['outcome']}", role, indent="  ")
@@ -200,7 +203,8 @@ class Display:
         self._set_status(None)
         totals = event.get("totals") or {}
         if totals.get("turns") or event.get("calls"):
-            self.line("● " + summary_line(totals, self.clock() - self.started), "bold")
+            self.line("● " + summary_line(totals, self.clock() - self.started, self.child_calls),
+                      "bold")
 
     def close(self):
         if self._thread is not None:

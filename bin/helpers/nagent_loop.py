@@ -32,12 +32,17 @@ from nagent_conversation import ConversationWriter, utc_now
 from nagent_errors import (EXIT_CODES, LimitError, NagentError, ProtocolFailure, ProviderError,
                            UsageError)
 from nagent_hooks import gate_response
-from nagent_protocol import (clean_user_output, correction_text, kept_reply, parse_response,
-                             stop_block)
 from nagent_requests import build_request
 from nagent_run import DeltaRedactor, Run
 from nagent_run_records import (CONTINUATION_ATTRS, CONTINUE_TEXT, failed_prompt, failure_marker)
 from nagent_window import maybe_compact
+
+
+def _protocol():
+    """The parser and its text helpers, imported when the first reply is in: compiling its
+    patterns is start-up cost the first request need not wait for."""
+    import nagent_protocol
+    return nagent_protocol
 
 
 @dataclass(frozen=True)
@@ -122,7 +127,7 @@ def stopped_at(result, stops):
     a reported stop sequence, "" for a plain stop of a request that carried stop sequences
     (OpenAI chat and Gemini do not say which stop ended a reply), else None."""
     if result.finish_reason == "stop_sequence":
-        return stop_block(result.stop_sequence)
+        return _protocol().stop_block(result.stop_sequence)
     return "" if stops and result.finish_reason == "stop" else None
 
 
@@ -167,7 +172,7 @@ def process_tags(run, actions):
 
 def continuable(text):
     """A reply cut by the output limit is continued only if what it has so far parses."""
-    parsed = parse_response(text)
+    parsed = _protocol().parse_response(text)
     return parsed.cut_at is None and (parsed.valid or parsed.truncated)
 
 
@@ -266,7 +271,7 @@ def record_invalid(run, reply, attrs, parsed, streak_calls):
     """Keep the invalid reply and its correction; a ProtocolFailure once the calls since the
     last valid reply reach max_format_retries + 1."""
     record = run.append("reply", reply.text, dict(attrs, valid="false"))
-    run.append("system", correction_text(f"{parsed.error.rstrip('.')} (your reply is kept as "
+    run.append("system", _protocol().correction_text(f"{parsed.error.rstrip('.')} (your reply is kept as "
                                          f"record {record.seq} and not repeated here)."))
     if streak_calls > run.session.limits.max_format_retries:
         return ProtocolFailure("the model kept replying outside the nagent tag protocol",
@@ -280,9 +285,11 @@ def record_valid(run, reply, attrs, parsed):
     """Append a valid reply; a cut is stored as an offset into the stored (redacted) text."""
     stored = run.redact(reply.text)
     if parsed.cut_at is not None:
-        at_stored = parsed if stored == reply.text else parse_response(stored, reply.stopped_at)
-        kept = (kept_reply(stored, at_stored) if at_stored.cut_at is not None
-                else run.redact(kept_reply(reply.text, parsed)))
+        protocol = _protocol()
+        at_stored = parsed if stored == reply.text else protocol.parse_response(stored,
+                                                                                reply.stopped_at)
+        kept = (protocol.kept_reply(stored, at_stored) if at_stored.cut_at is not None
+                else run.redact(protocol.kept_reply(reply.text, parsed)))
         attrs = dict(attrs, cut=str(len(kept)))
     run.append("reply", stored, dict(attrs, valid="true"))
 
@@ -310,7 +317,7 @@ def _loop(run, prompt, source):
         except NagentError as error:
             return failed(run, error)
         streak_calls += reply.calls
-        parsed = parse_response(reply.text, reply.stopped_at)
+        parsed = _protocol().parse_response(reply.text, reply.stopped_at)
         if not parsed.valid:
             run.emit("reply", calls=reply.calls, valid=False, final=False, actions=0,
                      error=run.redact(parsed.error))
@@ -330,7 +337,7 @@ def _loop(run, prompt, source):
             for note in notes:
                 run.emit("note", text=note)
         if not actions:
-            final = clean_user_output(responses[-1].body) if responses else ""
+            final = _protocol().clean_user_output(responses[-1].body) if responses else ""
             gate = gate_response(run, final)  # the response hook, when one is configured
             if gate is None:
                 return answered(run, final, EXIT_CODES["ok"])
@@ -366,7 +373,7 @@ def final_summary(run, reason):
         limits = run.session.limits
         run.session = replace(run.session, limits=replace(limits, max_calls=run.calls + 1))
         reply = next_reply(run, limits.max_continuations + 1, purpose="summary")
-        parsed = parse_response(reply.text, reply.stopped_at)
+        parsed = _protocol().parse_response(reply.text, reply.stopped_at)
         if parsed.valid:
             record_valid(run, reply, reply_attrs(reply), parsed)
         else:
@@ -377,7 +384,7 @@ def final_summary(run, reason):
         run.emit("reply", calls=reply.calls, valid=parsed.valid, final=bool(responses),
                  actions=len(actions), error=run.redact(parsed.error or "") or None)
         if responses:
-            response = clean_user_output(responses[-1].body)
+            response = _protocol().clean_user_output(responses[-1].body)
     except NagentError:
         pass
     return answered(run, response, reason.exit_code, reason.as_dict())

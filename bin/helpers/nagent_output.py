@@ -42,7 +42,6 @@ def _isatty(stream):
 
 
 def choose_output(options, settings, stdout, stderr, environ):
-    from nagent_stream import stream_allowed
     mode = output_mode(options)
     sinks, display, printer = [], None, None
     on_terminal = _isatty(stderr)
@@ -53,16 +52,15 @@ def choose_output(options, settings, stdout, stderr, environ):
         display = Display(stderr, color=color, animate=animate,
                           pause_in_actions=settings.shell.approval == "confirm")
         sinks.append(display)
-    stream = options.get("stream")
-    if mode == "text" and (stream if stream is not None else _isatty(stdout)) \
-            and stream_allowed(settings):
-        from nagent_stream import AnswerPrinter
-
-        def write(text):
-            stdout.write(text)
-            stdout.flush()
-        printer = AnswerPrinter(write, display.note if display else None, display)
-        sinks.append(printer)
+    wanted = options.get("stream")
+    if mode == "text" and (_isatty(stdout) if wanted is None else wanted):
+        from nagent_stream import AnswerPrinter, stream_allowed
+        if stream_allowed(settings):
+            def write(text):
+                stdout.write(text)
+                stdout.flush()
+            printer = AnswerPrinter(write, display.note if display else None, display)
+            sinks.append(printer)
     if mode == "events":
         sinks.append(JsonLines(stdout))
     log = ActionLog(settings.provider.name, settings.model)

@@ -17,12 +17,12 @@ Data contract: `build_request(records, provider_row, cache_key=None) -> Request`
 - Cache breakpoints: the static initial context, the end of the user turn the previous
   request ended with, and the end of this request — so each request reads back what the
   previous one wrote (Anthropic looks up whole blocks). Other providers ignore them.
-- Stop sequences: nagent_protocol.STOP_SEQUENCES (driver blocks at a line start, most common
+- Stop sequences: nagent_protocol_blocks.STOP_SEQUENCES (driver blocks at a line start, most common
   first), as many as the provider takes.
 The same records always give the same request: request N is a prefix of request N+1.
 """
 from nagent_llm import Message, Request
-from nagent_protocol import STOP_SEQUENCES
+from nagent_protocol_blocks import STOP_SEQUENCES
 from nagent_run_records import is_continuation_note
 
 NOT_SENT = frozenset({"stats", "meta", "error", "hook"})

@@ -3,9 +3,9 @@ reply prints.
 
 Data contract
 -------------
-* `stream_allowed(settings)` is the one predicate for streaming answers: False when a response
-  hook gates the final answer (`settings.hooks.response`, once that config row exists): nothing
-  of a <nagent-response> may be shown before the gate passed.
+* `stream_allowed(settings)`: streaming answers (and reply deltas) only when no response hook
+  gates the final answer (nagent_hooks.response_gated, the one predicate): nothing of a
+  <nagent-response> may be shown before the gate passed.
 * `AnswerStream` reads one reply incrementally: `feed(delta) -> text` returns the text that is
   now certain to be printed if the reply turns out to be one final <nagent-response> (the
   non-streamed path prints `clean_user_output` of its body plus a final newline). It streams
@@ -38,8 +38,8 @@ _THINKING = ("<think>", "<thinking>")
 
 
 def stream_allowed(settings):
-    hooks = getattr(settings, "hooks", None)
-    return not getattr(hooks, "response", None)
+    from nagent_hooks import response_gated
+    return not response_gated(settings)
 
 
 def _drop_leading_newline(text):
