@@ -27,7 +27,6 @@ import time
 from dataclasses import dataclass, replace
 
 from nagent_accounting import TokenStats, add_child
-from nagent_action_view import action_result, action_summary
 from nagent_conversation import ConversationWriter, utc_now
 from nagent_errors import (EXIT_CODES, LimitError, NagentError, ProtocolFailure, ProviderError,
                            UsageError)
@@ -148,7 +147,9 @@ def repeated_too_often(run, actions, limit):
 
 def process_tags(run, actions):
     """Run each action in order, appending its result (and any continuation prompt)."""
-    from nagent_actions import process_action  # not needed before the first reply with actions
+    # Not needed before the first reply that asks for actions: imported here, off start-up.
+    from nagent_action_view import action_result, action_summary
+    from nagent_actions import process_action
     for action in actions:
         run.actions_run += 1
         summary = run.redact(action_summary(action))

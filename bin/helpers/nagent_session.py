@@ -6,7 +6,9 @@ parent_conversation, depth, and the setting flags: provider, model, max_calls, s
 and `settings` the command's resolved nagent_config.Settings (resolved from the options' setting
 flags when None).
 `Session` is frozen plain data: conversation path, settings, limits, write mode, the action
-context, a factory for the initial context, meta for a new conversation, the prompt-cache
+context (built on first use from `make_action_context`: the action handlers and the file tools
+they import are not needed before the first reply asks for an action, and importing them costs
+start-up time before the first request), a factory for the initial context, meta for a new conversation, the prompt-cache
 key and the secret values that must never be written anywhere.
 Every setting comes from the Settings fields (loop limits are `settings.loop`, the shell policy is
 built from `settings.shell`, sub-agent limits from `settings.agents`, file tool limits from
@@ -15,6 +17,7 @@ built from `settings.shell`, sub-agent limits from `settings.agents`, file tool 
 import hashlib
 import os
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Callable
 
 from nagent_cli import secret_values
@@ -31,13 +34,17 @@ class Session:
     settings: object
     limits: object          # settings.loop: max_calls, max_format_retries, ... (see nagent_config)
     write_mode: WriteMode
-    action_context: object
+    make_action_context: Callable = field(compare=False)
     initial_context: Callable = field(compare=False)
     meta: dict = field(default_factory=dict, compare=False)
     cache_key: str = ""
     secrets: tuple = ()
     pid: str = ""
     file_edit: dict | None = None
+
+    @cached_property
+    def action_context(self):
+        return self.make_action_context()
 
 
 def shell_policy(settings):
@@ -156,7 +163,6 @@ def shell_environ(environ):
 def build_session(options, environ, cwd, settings=None):
     """The session for `options`. `settings` is the command's resolved Settings (resolved here
     from the options' flags when None)."""
-    from nagent_actions import ActionContext
     from nagent_cli import provider_overrides
     # Checks first, cheapest and most specific first, and nothing written until all pass:
     # names and files, then settings, then the key and the SDK.
@@ -172,19 +178,22 @@ def build_session(options, environ, cwd, settings=None):
     depth = int(options.get("depth") or 0)
     secrets = tuple(sorted(set(secret_values(environ)) | set(config_secrets(settings.providers, environ)),
                            key=len, reverse=True))
-    action_context = ActionContext(
-        cwd=cwd, environ=run_environ, write_mode=mode, conversation=path, side_dir=side_dir,
-        shell_policy=policy, settings=settings, pid=pid, depth=depth,
-        max_depth=settings.agents.max_depth, agent_timeout=settings.agents.timeout,
-        file_tool_timeout=settings.file_tools.timeout,
-        file_tool_memory=settings.file_tools.memory_mb << 20,
-        secret_names=secret_names(settings.providers), secrets=secrets,
-        nagent_bin=os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(__file__))), "nagent"),
-    )
+    def make_action_context():
+        from nagent_actions import ActionContext
+        return ActionContext(
+            cwd=cwd, environ=run_environ, write_mode=mode, conversation=path, side_dir=side_dir,
+            shell_policy=policy, settings=settings, pid=pid, depth=depth,
+            max_depth=settings.agents.max_depth, agent_timeout=settings.agents.timeout,
+            file_tool_timeout=settings.file_tools.timeout,
+            file_tool_memory=settings.file_tools.memory_mb << 20,
+            secret_names=secret_names(settings.providers), secrets=secrets,
+            nagent_bin=os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(__file__))),
+                                    "nagent"),
+        )
 
     def initial_context():
         import nagent_context
-        facts = file_edit_facts(record, nagent_context, action_context) if record else None
+        facts = file_edit_facts(record, nagent_context, make_action_context()) if record else None
         return nagent_context.build_initial_context(
             mode="file-edit" if record else "main", environ=environ, cwd=cwd, file_edit=facts,
             mcp_servers=tuple(spec.name for spec in settings.mcp_servers),
@@ -197,7 +206,7 @@ def build_session(options, environ, cwd, settings=None):
         meta["file_edit"] = {"file_id": record["file_id"], "path": record["path"]}
     return Session(
         path=path, settings=settings, limits=settings.loop, write_mode=mode,
-        action_context=action_context, initial_context=initial_context, meta=meta,
+        make_action_context=make_action_context, initial_context=initial_context, meta=meta,
         cache_key="nagent-" + hashlib.sha256(os.path.basename(path).encode()).hexdigest()[:24],
         secrets=secrets, pid=pid, file_edit=record,
     )
