@@ -4,12 +4,13 @@ spinner, and the error/exit-code convention.
 Data contract:
 - `early_description(argv, text)` returns True after printing `text` (one line) when
   argv asks for --description; tools call it before building argparse so it stays cheap.
-- `run_main(fn, argv, json_document=None)` calls `fn(argv) -> int`, turning NagentError into
+- `run_main(fn, argv, json_document=None, events=False)` calls `fn(argv) -> int`, turning NagentError into
   one stderr line and its exit code, KeyboardInterrupt into 130, and any other exception (a
   bug) into one "internal error" line and exit 1; NAGENT_DEBUG=1 shows the traceback instead.
   When argv asks for JSON (`structured_mode`: --json or --output-format json) the error is
-  also one JSON object on stdout, `json_document(error)` (default: error.as_dict()); for
-  --events (or --output-format stream-json) it is an "error" and a "run_end" JSON line. Usage
+  also one JSON object on stdout, `json_document(error)` (default: error.as_dict()); for a
+  tool with `events`, --events (or --output-format stream-json) makes it an "error" and a
+  "run_end" JSON line. Usage
   errors from argparse included: argv is scanned before parsing.
 - `output_mode(options)` -> "text" | "json" | "events" from parsed options (both: UsageError).
 - `add_output_flags(parser)`: --json, --events, --output-format, -q/--quiet, -v/--verbose,
@@ -77,15 +78,16 @@ class Interrupted(NagentError):
     kind = "interrupted"
 
 
-def structured_mode(argv):
-    """"json", "events" or None: what a command line asks stdout to be, read before parsing
-    (so usage errors are structured too). Only options before a "--" count."""
+def structured_mode(argv, events=False):
+    """"json", "events" (only for a tool that has --events) or None: what a command line asks
+    stdout to be, read before parsing (so usage errors are structured too). Only options before
+    a "--" count."""
     words = list(argv[:argv.index("--")] if "--" in argv else argv)
     forms = [words[i + 1] for i, word in enumerate(words[:-1]) if word == "--output-format"]
     forms += [word.split("=", 1)[1] for word in words if word.startswith("--output-format=")]
     if "--json" in words or "json" in forms:
         return "json"
-    if "--events" in words or "stream-json" in forms:
+    if events and ("--events" in words or "stream-json" in forms):
         return "events"
     return None
 
@@ -104,10 +106,10 @@ def emit_structured_error(mode, error, json_document=None, seconds=0.0):
         sys.stdout.flush()
 
 
-def run_main(fn, argv=None, json_document=None):
+def run_main(fn, argv=None, json_document=None, events=False):
     """Run a tool's main body with the shared error convention. Returns the exit code."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    mode, started = structured_mode(argv), time.monotonic()
+    mode, started = structured_mode(argv, events), time.monotonic()
     try:
         return fn(argv)
     except NagentError as error:

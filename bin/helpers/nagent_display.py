@@ -66,7 +66,7 @@ class Display:
         self.stream, self.color, self.animate = stream, color, animate
         self.pause_in_actions = pause_in_actions
         self.clock = clock
-        self.lock = threading.Lock()
+        self.lock = threading.RLock()  # before_line may write through pause()
         self.status = None         # (label, started) of what is happening now
         self.drawn = 0             # columns of the status line on screen
         self.paused = False
