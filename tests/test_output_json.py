@@ -121,6 +121,23 @@ class EventsTest(NagentRunCase):
         self.assertEqual(self.lines(proc)[0]["kind"], "usage")
 
 
+class GatedAnswerTest(NagentRunCase):
+    CONFIG = {"provider": "google", "retry": {"base_delay": 0, "max_delay": 0}}
+
+    def test_a_response_hook_turns_streaming_off(self):
+        self.fake.reply("<nagent-response>gated answer</nagent-response>", chunk=3, gap=0.01)
+        proc = self.nagent("--hook-per-response", "true", "--events", "--conversation", "g", "go")
+        events = [json.loads(line) for line in proc.stdout.splitlines()]
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertNotIn("reply_delta", [e["type"] for e in events])
+        self.assertEqual([e["text"] for e in events if e["type"] == "response"], ["gated answer"])
+        self.fake.reply("<nagent-response>gated answer</nagent-response>", chunk=3, gap=0.01)
+        proc = self.nagent("--hook-per-response", "true", "--stream", "--conversation", "g", "again")
+        self.assertEqual(proc.stdout, "gated answer\n")
+        self.assertEqual([":streamGenerateContent" in r["path"] for r in self.generation_requests()],
+                         [False, False])
+
+
 class EventsDocumentedTest(HermeticTestCase):
     def test_readme_schema_matches_the_code(self):
         with open(os.path.join(REPO, "README.md"), encoding="utf-8") as handle:

@@ -189,14 +189,10 @@ class PrinterRetryTest(unittest.TestCase):
         self.assertEqual("".join(out), "4\n")
 
     def test_stream_allowed_only_without_a_response_hook(self):
-        class Hooks:
-            response = "scripts/check-answer"
-
-        class Gated:
-            hooks = Hooks()
-
-        self.assertTrue(stream_allowed(object()))
-        self.assertFalse(stream_allowed(Gated()))
+        from nagent_config import resolve_settings
+        self.assertTrue(stream_allowed(resolve_settings({}, {"HOME": "/nonexistent"})))
+        gated = resolve_settings({"hook_per_response": "make test"}, {"HOME": "/nonexistent"})
+        self.assertFalse(stream_allowed(gated))
 
 
 class DeltaRedactorTest(unittest.TestCase):

@@ -11,7 +11,7 @@ Data contract
   not data: one that raises is a bug and ends the run. `Events()` (no sinks) is the quiet bus.
   `wants_deltas` is True when a sink consumes `reply_delta` events: only then does the loop
   stream model calls.
-* `JsonLines(stream)` writes each event as one JSON object on one line, flushed at once (the
+* `JsonLines(stream, deltas=True)` writes each event as one JSON object on one line, flushed at once (the
   `--events` output); `event_line(event)` is that line.
 * `ActionLog()` keeps what `--json` reports: provider and model (from run_start) and one entry
   per finished action: {kind, summary, ok, outcome}.
@@ -69,11 +69,12 @@ def event_line(event):
 
 
 class JsonLines:
-    """The --events sink: one JSON object per line on `stream`, flushed as it happens."""
-    wants_deltas = True
+    """The --events sink: one JSON object per line on `stream`, flushed as it happens. With
+    `deltas` False (a response hook gates the answer) the run is not streamed for it."""
 
-    def __init__(self, stream):
+    def __init__(self, stream, deltas=True):
         self.stream = stream
+        self.wants_deltas = deltas
 
     def handle(self, event):
         self.stream.write(event_line(event) + "\n")

@@ -11,7 +11,8 @@ Data contract
     NO_COLOR is unset or empty and TERM is not "dumb";
   - printer (the final answer streamed to stdout): in text mode when streaming is on (--stream,
     or stdout is a terminal unless --no-stream) and nagent_stream.stream_allowed(settings);
-  - JSON lines (stdout) in events mode; stdout carries nothing else then.
+  - JSON lines (stdout) in events mode, with reply deltas unless a response hook gates the
+    answer; stdout carries nothing else then.
 * `outcome_document(data, log)` is the --json object of a run: the outcome plus provider, model
   and actions. `error_document(error, context)` is the same shape for a run that ended with an
   error outside the loop (usage, config, setup, busy ...): response null, exit_code, error
@@ -62,7 +63,8 @@ def choose_output(options, settings, stdout, stderr, environ):
             printer = AnswerPrinter(write, display.note if display else None, display)
             sinks.append(printer)
     if mode == "events":
-        sinks.append(JsonLines(stdout))
+        from nagent_stream import stream_allowed
+        sinks.append(JsonLines(stdout, deltas=stream_allowed(settings)))
     log = ActionLog(settings.provider.name, settings.model)
     sinks.append(log)
     return Output(mode, Events(sinks, origin=options.get("started")), log, display, printer)
