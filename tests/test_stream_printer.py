@@ -243,7 +243,8 @@ class ActionViewTest(unittest.TestCase):
         block = result_block("nagent-shell-result", "exit_code: 0\nstdout:\n1\n2\n3\nstderr:\n")
         self.assertEqual(view.action_result(shell, ActionOutcome(block), 1.23)["outcome"],
                          "exit 0 · 1.2 s · 3 lines")
-        refused = result_block("nagent-shell-result", "exit_code: none\nrefused: shell commands are disabled\n")
+        refused = result_block("nagent-shell-result",
+                               "exit_code: none\nrefused: shell commands are disabled\n")
         result = view.action_result(shell, ActionOutcome(refused), 0.0)
         self.assertFalse(result["ok"])
         self.assertEqual(result["outcome"], "refused: shell commands are disabled")
