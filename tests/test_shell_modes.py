@@ -182,6 +182,7 @@ class SandboxModes(ShellModeCase):
                 proc = self.nagent("no-bwrap", *flags)
                 self.assertCleanError(proc, code=4, contains="bwrap not found")
                 self.assertIn("apt-get install bubblewrap", proc.stderr)
-                self.assertEqual(proc.stdout, "")
+                error = json.loads(proc.stdout)["error"]  # --json: one object, errors too
+                self.assertEqual((error["kind"], error["exit_code"]), ("setup", 4))
                 self.assertFalse(os.path.exists(self.conversation("no-bwrap")))
         self.assertEqual(self.fake.requests, [])

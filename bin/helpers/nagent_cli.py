@@ -4,14 +4,15 @@ spinner, and the error/exit-code convention.
 Data contract:
 - `early_description(argv, text)` returns True after printing `text` (one line) when
   argv asks for --description; tools call it before building argparse so it stays cheap.
-- `run_main(fn, argv, json_document=None, events=False)` calls `fn(argv) -> int`, turning NagentError into
-  one stderr line and its exit code, KeyboardInterrupt into 130, and any other exception (a
-  bug) into one "internal error" line and exit 1; NAGENT_DEBUG=1 shows the traceback instead.
-  When argv asks for JSON (`structured_mode`: --json or --output-format json) the error is
-  also one JSON object on stdout, `json_document(error)` (default: error.as_dict()); for a
+- `run_main(fn, argv, json_document=None, events=False, structured=False)` calls `fn(argv) ->
+  int`, turning NagentError into one stderr line and its exit code, KeyboardInterrupt into 130,
+  and any other exception (a bug) into one "internal error" line and exit 1; NAGENT_DEBUG=1
+  shows the traceback instead. For a tool that asks (`structured`, or a `json_document`; tools
+  that print their own JSON errors do not) and an argv that asks for JSON (`structured_mode`:
+  --json or --output-format json, read before parsing, so argparse errors count too), the error
+  is also one JSON object on stdout, `json_document(error)` (default: error.as_dict()); for a
   tool with `events`, --events (or --output-format stream-json) makes it an "error" and a
-  "run_end" JSON line. Usage
-  errors from argparse included: argv is scanned before parsing.
+  "run_end" JSON line.
 - `output_mode(options)` -> "text" | "json" | "events" from parsed options (both: UsageError).
 - `add_output_flags(parser)`: --json, --events, --output-format, -q/--quiet, -v/--verbose,
   --stream/--no-stream (see nagent_output for what they choose).
@@ -106,10 +107,11 @@ def emit_structured_error(mode, error, json_document=None, seconds=0.0):
         sys.stdout.flush()
 
 
-def run_main(fn, argv=None, json_document=None, events=False):
+def run_main(fn, argv=None, json_document=None, events=False, structured=False):
     """Run a tool's main body with the shared error convention. Returns the exit code."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    mode, started = structured_mode(argv, events), time.monotonic()
+    mode = structured_mode(argv, events) if structured or json_document else None
+    started = time.monotonic()
     try:
         return fn(argv)
     except NagentError as error:
