@@ -120,9 +120,9 @@ timeout, without provider API keys; long output is cut to head and tail.
 
 
 def _grammar():
-    # Imported here so a missing protocol module breaks prompt building, not this module's import.
-    from nagent_protocol import grammar_text
-    return grammar_text().strip()
+    # The grammar text alone: the parser it sits beside is not needed before the first request.
+    from nagent_protocol_grammar import GRAMMAR
+    return GRAMMAR.strip()
 
 
 def tools_text(tools):
