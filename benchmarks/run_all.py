@@ -171,14 +171,14 @@ def summarize_long_run(rows, _text, table):
 def summarize_first_answer(rows, _text, table):
     for row in rows:
         name = row["provider"]
-        table.add(f"own time before the first request ({name}; new / continued conversation)",
-                  f"{row['cpu_overhead_new_ms']:.0f} / {row['cpu_overhead_continued_ms']:.0f} ms CPU, "
-                  f"{row['overhead_new_ms']:.0f} / {row['overhead_continued_ms']:.0f} ms wall "
-                  f"(direct SDK call {row['direct_ms']:.0f} ms)",
+        table.add(f"own CPU before the first request ({name}; new / continued conversation)",
+                  f"{row['cpu_new_ms']:.1f} / {row['cpu_continued_ms']:.1f} ms "
+                  f"(wall to the hand-off, SDK's stdlib imports included: "
+                  f"{row['mark_new_ms']:.0f} / {row['mark_continued_ms']:.0f} ms)",
                   f"≤ {FIRST_REQUEST_TARGET_MS:g} ms",
-                  row["cpu_overhead_new_ms"] <= FIRST_REQUEST_TARGET_MS)
-        table.add(f"first byte of the answer ({name}, fake: 50 ms a delta), streamed / whole",
-                  f"{row['stream_first_ms']:.0f} / {row['whole_first_ms']:.0f} ms after start; "
+                  max(row["cpu_new_ms"], row["cpu_continued_ms"]) <= FIRST_REQUEST_TARGET_MS)
+        table.add(f"first byte of the answer ({name}; fake: a delta every 50 ms), streamed / whole",
+                  f"{row['stream_first_ms']:.0f} / {row['whole_first_ms']:.0f} ms from start; "
                   f"{row['stream_after_request_ms']:.0f} / {row['whole_after_request_ms']:.0f} ms "
                   "after the request")
 

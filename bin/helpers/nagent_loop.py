@@ -30,7 +30,6 @@ from nagent_accounting import TokenStats, add_child
 from nagent_conversation import ConversationWriter, utc_now
 from nagent_errors import (EXIT_CODES, LimitError, NagentError, ProtocolFailure, ProviderError,
                            UsageError)
-from nagent_hooks import gate_response
 from nagent_requests import build_request
 from nagent_run import DeltaRedactor, Run
 from nagent_run_records import (CONTINUATION_ATTRS, CONTINUE_TEXT, failed_prompt, failure_marker)
@@ -339,6 +338,7 @@ def _loop(run, prompt, source):
                 run.emit("note", text=note)
         if not actions:
             final = _protocol().clean_user_output(responses[-1].body) if responses else ""
+            from nagent_hooks import gate_response  # needed once an answer is in
             gate = gate_response(run, final)  # the response hook, when one is configured
             if gate is None:
                 return answered(run, final, EXIT_CODES["ok"])
