@@ -63,7 +63,8 @@ class CBoundaryTest(SplitCase):
         index, texts = self.split("shapes.h", body, 700)
         self.assertEqual(index["split_type"], "cpp")
         self.assertGreater(len(texts), 4)
-        self.assertStartsAll(texts, ("class Shape",))
+        self.assertStartsAll(texts, ("class Shape", "namespace geo {"))
+        self.assertTrue(all(r.get("inside") == "namespace geo {" for r in index["segments"][1:]))
         plain = self.write_file("plain.h", "#include <stdio.h>\nint add(int a, int b);\n")
         self.assertEqual(split_lib.split_file(plain, "out2")["split_type"], "c")
 
@@ -185,4 +186,4 @@ class MarkdownBoundaryTest(SplitCase):
         self.assertGreater(len(texts), 5)
         for text in texts:
             self.assertLessEqual(len(text.encode()), split_lib.DEFAULT_TARGET_BYTES)
-        self.assertStartsAll(texts, ("- Fix #",))
+        self.assertStartsAll(texts, ("- Fix #", "## 2.0.0"))

@@ -64,8 +64,13 @@ class SegmentBoundTest(HermeticTestCase):
 
     def test_cuts_inside_a_construct_are_recorded(self):
         index, parts, _ = self.split("huge_def.py", adversarial_inputs()["huge_def.py"].encode())
-        self.assertTrue(all(r.get("inside") == "def build_tables():" for r in index["segments"][1:-1]))
-        self.assertTrue(all(part.startswith(b"    total_") for part in parts[1:]))
+        self.assertEqual([r.get("inside") for r in index["segments"]][:2],
+                         [None, "def build_tables():"])
+        self.assertTrue(all(r.get("inside") == "def build_tables():"
+                            for r in index["segments"][1:-1]))
+        self.assertEqual(index["segments"][-1].get("inside"), None)
+        self.assertTrue(parts[1].startswith(b"def build_tables():\n"))
+        self.assertTrue(all(part.startswith(b"    total_") for part in parts[2:-1]))
         index, parts, _ = self.split("big.py", b"x = 1\n\n\n" + adversarial_inputs()
                                      ["huge_def.py"].encode() + b"\n\ny = 2\n")
         self.assertNotIn("inside", index["segments"][0])
@@ -85,7 +90,9 @@ class SegmentBoundTest(HermeticTestCase):
             self.assertEqual(record["first_line"], 1)
             self.assertEqual(record["last_line"], 1)
         index, parts, _ = self.split("one_string.js", adversarial_inputs()["one_string.js"].encode())
-        self.assertIn(index["segments"][0]["cut_at"], ("space", "char"))
+        self.assertEqual(index["segments"][0]["cut_at"], "token")  # before the string opens
+        self.assertTrue(all(r["cut_at"] in ("string", "char") for r in index["segments"][1:-2]))
+        self.assertEqual(index["segments"][-2]["mid_line"], "start")
 
     def test_patch_merges_segments_cut_inside_a_line(self):
         data = adversarial_inputs()["minified.js"].encode()

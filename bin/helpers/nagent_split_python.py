@@ -1,0 +1,206 @@
+"""Python structure for the splitter, from the standard library's `tokenize` (exact: logical
+lines, indentation, decorators, strings), with a linear fallback lexer for files tokenize
+rejects (mixed indentation, syntax errors, unterminated strings) or that hold a line long
+enough to make tokenize's own string patterns costly.
+
+Data contract: `scan_python(data, skip, builder)` feeds `builder` (nagent_split_scan.Builder):
+  candidate(line_start, level)  every logical line start, level = its indentation column;
+                                `else`/`elif`/`except`/`finally` lines are none (they close
+                                the block above)
+  attach(line_start, level)     comment-only lines, and every physical line of a decorator
+                                (a multi-line `@app.route(...)` included)
+  mask(start, end, kind)        a logical line over several physical lines ("l"): no cut between
+                                them
+`skip` is 3 after a BOM. `py_spans(data, start, end)` lists string and comment spans inside
+[start, end) for cutting a single over-long line.
+"""
+import re
+import tokenize
+
+from nagent_split_lexers import BSL, CR, NL, skip_quoted
+
+# tokenize's string patterns keep per-character match state: a line this long goes to the
+# linear fallback instead (its memory is then constant).
+TOKENIZE_MAX_LINE = 16 * 1024
+_CLOSERS = frozenset(("else", "elif", "except", "finally"))
+_CLOSER_BYTES = re.compile(rb"(?:else|elif|except|finally)\b")
+_SPECIAL = re.compile(rb"""[#'"\n()\[\]{}]""")
+_TRIPLE_END = {b'"': re.compile(rb'\\|"""'), b"'": re.compile(rb"\\|'''")}
+_INDENT = re.compile(rb"[ \t\f]*")
+
+
+class _LongLine(Exception):
+    pass
+
+
+def scan_python(data, skip, builder):
+    staged = builder.fork()
+    try:
+        _scan_tokenize(data, skip, staged)
+    except (_LongLine, tokenize.TokenError, SyntaxError, UnicodeDecodeError):
+        _scan_fallback(data, skip, builder)
+        return
+    builder.adopt(staged)
+
+
+def _scan_tokenize(data, skip, out):
+    n = len(data)
+    if n - skip > TOKENIZE_MAX_LINE and data.find(b"\n", skip) == -1:
+        raise _LongLine
+    starts, state = [], {"pos": skip}
+
+    def readline():
+        pos = state["pos"]
+        if pos >= n:
+            return ""
+        end = data.find(b"\n", pos)
+        end = n if end == -1 else end + 1
+        if end - pos > TOKENIZE_MAX_LINE:
+            raise _LongLine
+        starts.append(pos if starts else 0)
+        state["pos"] = end
+        return data[pos:end].decode("utf-8")
+
+    NEWLINE, NL_, COMMENT, INDENT, DEDENT = (tokenize.NEWLINE, tokenize.NL, tokenize.COMMENT,
+                                            tokenize.INDENT, tokenize.DEDENT)
+    skipped = {tokenize.ENCODING, tokenize.ENDMARKER, INDENT, DEDENT}
+    first_row = None      # row of the current logical line's first token (0-based)
+    decorator = None      # its column when that line is a decorator
+    for tok in tokenize.generate_tokens(readline):
+        kind = tok.type
+        if kind == NEWLINE:
+            last_row = tok.start[0] - 1
+            if first_row is not None and last_row > first_row:
+                out.mask(starts[first_row], starts[last_row] + 1, "l")
+                if decorator is not None:
+                    for row in range(first_row + 1, last_row + 1):
+                        out.attach(starts[row], decorator)
+            first_row = decorator = None
+            continue
+        if kind in skipped or kind == NL_:
+            continue
+        if first_row is None:
+            row, col = tok.start[0] - 1, tok.start[1]
+            if kind == COMMENT:
+                out.attach(starts[row], col)
+                continue
+            first_row = row
+            if tok.string == "@":
+                decorator = col
+                out.attach(starts[row], col)
+            elif tok.string not in _CLOSERS:
+                out.candidate(starts[row], col)
+    # Ending inside a statement or an open bracket raises TokenError (-> fallback) above.
+    return out
+
+
+def _lex_python(data, start, end):
+    """Tokens of a Python range: ("s"|"c", p, q), ("o"|"x", p), ("n", p) for a newline outside
+    strings and comments."""
+    p = start
+    while True:
+        m = _SPECIAL.search(data, p, end)
+        if m is None:
+            return
+        p = m.start()
+        c = data[p]
+        if c == NL:
+            yield ("n", p)
+            p += 1
+        elif c == 35:  # '#'
+            q = data.find(b"\n", p, end)
+            q = end if q == -1 else q
+            yield ("c", p, q)
+            p = q
+        elif c in b"([{":
+            yield ("o", p)
+            p += 1
+        elif c in b")]}":
+            yield ("x", p)
+            p += 1
+        else:
+            quote = data[p:p + 1]
+            if data.startswith(quote * 3, p):
+                q = _triple_end(data, p, end, quote)
+            else:
+                q = skip_quoted(data, p, end)
+            yield ("s", p, q)
+            p = q
+
+
+def _triple_end(data, p, end, quote):
+    i = p + 3
+    pattern = _TRIPLE_END[quote]
+    while True:
+        m = pattern.search(data, i, end)
+        if m is None:
+            return end
+        if data[m.start()] == BSL:
+            i = m.start() + 2
+        else:
+            return m.end()
+
+
+def py_spans(data, start, end):
+    return [(tok[1], tok[2]) for tok in _lex_python(data, start, end) if len(tok) == 3]
+
+
+def _continued(data, p, comment_end):
+    """A backslash before the newline at p continues the logical line (not one in a comment)."""
+    if comment_end == p:
+        return False
+    before = p - 1
+    if before >= 0 and data[before] == CR:
+        before -= 1
+    return before >= 0 and data[before] == BSL
+
+
+def _scan_fallback(data, skip, out):
+    n = len(data)
+    depth, comment_end, logical = 0, -1, None  # logical: (start, column, decorator?)
+
+    def begin(s):
+        k = _INDENT.match(data, s, n).end()
+        if k >= n or data[k] in b"\r\n":
+            return None
+        column = k - s
+        s = 0 if s == skip else s  # line 0 starts before the BOM
+        if data[k] == 35:
+            out.attach(s, column)
+            return None
+        if data[k] == 64:  # '@'
+            out.attach(s, column)
+            return (s, column, True)
+        if not _CLOSER_BYTES.match(data, k, n):
+            out.candidate(s, column)
+        return (s, column, False)
+
+    def finish(logical, p):
+        s, column, decorator = logical
+        if data.find(b"\n", s, p) == -1:
+            return
+        out.mask(s, p, "l")
+        if decorator:
+            line = data.find(b"\n", s, p)
+            while line != -1:
+                out.attach(line + 1, column)
+                line = data.find(b"\n", line + 1, p)
+
+    logical = begin(skip)
+    for tok in _lex_python(data, skip, n):
+        kind = tok[0]
+        if kind == "o":
+            depth += 1
+        elif kind == "x":
+            depth = depth - 1 if depth else 0
+        elif kind == "c":
+            comment_end = tok[2]
+        elif kind == "n":
+            p = tok[1]
+            if logical is not None and (depth or _continued(data, p, comment_end)):
+                continue
+            if logical is not None:
+                finish(logical, p)
+            logical = begin(p + 1) if p + 1 < n else None
+    if logical is not None:
+        finish(logical, n)
