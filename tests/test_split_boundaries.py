@@ -187,3 +187,41 @@ class MarkdownBoundaryTest(SplitCase):
         for text in texts:
             self.assertLessEqual(len(text.encode()), split_lib.DEFAULT_TARGET_BYTES)
         self.assertStartsAll(texts, ("- Fix #", "## 2.0.0"))
+
+
+class PythonReductionTest(HermeticTestCase):
+    """tokenize is fed reduced lines (nagent_split_python.reduced_line) and blank lines are
+    skipped: the structure found must equal what the full lines give."""
+
+    TRICKY = ('x = "# not a comment" + \'\\\'\' # comment "quote\n'
+              's = """\n  # inside a string ( [ {\n\n  still "" inside \\""" too\n"""\n'
+              '@decorate(\n\n    "arg",  # with a blank line inside\n)\ndef f(a,\n      b):\n'
+              '    return (a +\n            b)  # ) ] }\n\n\nclass C:\n    ...\n'
+              '    value = \\\n        3\n    def g(self): return f"{self!r}"\n'
+              'if x:\n    pass\nelse:\n    y = [1,\n\n         2]\n\x0cz = rb\'\\\\\'\n'
+              'css = """\n  a {color:#fff}"""\ndef after():\n    pass\n')
+
+    def scan_both(self, data):
+        import nagent_split_python as py
+        from nagent_split_scan import Builder
+        results = []
+        for reduce in (py.reduced_line, lambda line: line):
+            original, py.reduced_line = py.reduced_line, reduce
+            builder = Builder()
+            try:
+                py._scan_tokenize(data, 0, builder)
+            finally:
+                py.reduced_line = original
+            results.append([list(getattr(builder, name)) for name in (
+                "cand_pos", "cand_level", "attach_pos", "attach_level", "mask_start",
+                "mask_end")])
+        return results
+
+    def test_reduced_lines_give_the_same_structure(self):
+        golden = os.path.join(os.path.dirname(__file__), "golden", "split", "python", "input.py")
+        with open(golden, "rb") as handle:
+            samples = [handle.read(), self.TRICKY.encode("utf-8")]
+        for data in samples:
+            reduced, full = self.scan_both(data)
+            self.assertEqual(reduced, full)
+            self.assertGreater(len(reduced[0]), 5)

@@ -49,8 +49,8 @@ SYNTAXES = {
     "json": Syntax(brackets=b"{}[]", sq=""),
 }
 
-_QUOTED = {(DQ, False): re.compile(rb'[\\"\n]'), (DQ, True): re.compile(rb'[\\"]'),
-           (SQ, False): re.compile(rb"[\\'\n]"), (SQ, True): re.compile(rb"[\\']")}
+_QUOTED = {(DQ, False): re.compile(rb'["\n]'), (DQ, True): re.compile(rb'"'),
+           (SQ, False): re.compile(rb"['\n]"), (SQ, True): re.compile(rb"'")}
 _CHAR = re.compile(rb"'(?:\\[^\n]{1,10}?|[^'\\\n])'")
 _RAW_DELIM = re.compile(rb'([^()\\\s"]{0,16})\(')
 _TEXT_BLOCK_END = re.compile(rb'\\|"""')
@@ -79,9 +79,23 @@ _SPECIALS = {name: _specials(syntax) for name, syntax in SYNTAXES.items()}
 _SPECIALS_BY_SYNTAX = {syntax: _SPECIALS[name] for name, syntax in SYNTAXES.items()}
 
 
+def escaped(data, floor, j):
+    """Whether the byte at j follows an odd run of backslashes (that starts after floor)."""
+    run, k = 0, j
+    while k > floor:
+        chunk = data[max(floor, k - 64):k]
+        tail = len(chunk) - len(chunk.rstrip(b"\\"))
+        run += tail
+        if tail < len(chunk):
+            break
+        k -= len(chunk)
+    return run % 2 == 1
+
+
 def skip_quoted(data, p, end, multiline=False):
-    """End of the quoted literal opening at p (escapes skip a byte; a single-line literal left
-    open ends before the newline)."""
+    """End of the quoted literal opening at p (a backslash escapes the next byte, a newline
+    too; a single-line literal left open ends before its newline). Only candidate ends are
+    visited, so a string of a million escapes costs one search."""
     pattern = _QUOTED[(data[p], multiline)]
     i = p + 1
     while True:
@@ -89,10 +103,9 @@ def skip_quoted(data, p, end, multiline=False):
         if m is None:
             return end
         j = m.start()
-        c = data[j]
-        if c == BSL:
-            i = j + 2
-        elif c == NL:
+        if escaped(data, p, j):
+            i = j + 1
+        elif data[j] == NL:
             return j
         else:
             return j + 1

@@ -13,11 +13,17 @@ Data contract: `scan_python(data, skip, builder)` feeds `builder` (nagent_split_
                                 them
 `skip` is 3 after a BOM. `py_spans(data, start, end)` lists string and comment spans inside
 [start, end) for cutting a single over-long line.
+Speed: the code of a line before its first quote, `#` or backslash holds no string, comment or
+continuation, so tokenize is fed only what of it can matter (`reduced_line`): the indentation,
+the first word (or `@`) and the net bracket depth change; the rest of the line follows unchanged (a
+`#` with no quote or backslash after it as a bare `#`). Rows, indentation, bracket depth,
+logical lines, strings and first tokens come out as for the full line (checked against
+unreduced tokenize on every .py of the standard library and site-packages).
 """
 import re
 import tokenize
 
-from nagent_split_lexers import BSL, CR, NL, skip_quoted
+from nagent_split_lexers import BSL, CR, NL, escaped, skip_quoted
 
 # tokenize's string patterns keep per-character match state: a line this long goes to the
 # linear fallback instead (its memory is then constant).
@@ -25,12 +31,44 @@ TOKENIZE_MAX_LINE = 16 * 1024
 _CLOSERS = frozenset(("else", "elif", "except", "finally"))
 _CLOSER_BYTES = re.compile(rb"(?:else|elif|except|finally)\b")
 _SPECIAL = re.compile(rb"""[#'"\n()\[\]{}]""")
-_TRIPLE_END = {b'"': re.compile(rb'\\|"""'), b"'": re.compile(rb"\\|'''")}
 _INDENT = re.compile(rb"[ \t\f]*")
+_BLANK_RUN = re.compile(rb"[ \t\f\r\n]*")
+
+
+_PREFIX = re.compile(rb"[ \t\f]*(?:@|[A-Za-z_][A-Za-z_0-9]*)?")
+_NOT_BRACKET = bytes(c for c in range(256) if c not in b"()[]{}")
+_CODE_END = re.compile(rb"""[#'"\\]""")
+_QUOTE_OR_BACKSLASH = re.compile(rb"""['"\\]""")
 
 
 class _LongLine(Exception):
     pass
+
+
+def reduced_line(line):
+    """What tokenize needs of a physical line (with its line ending): see the module
+    docstring. Only the code before the first quote, `#` or backslash is reduced; from a quote
+    or backslash on, the line is kept as it is (a string may hold anything)."""
+    body = line.rstrip(b"\r\n")
+    cut = _CODE_END.search(body)
+    code = body if cut is None else body[:cut.start()]
+    head = _PREFIX.match(code).group()
+    brackets = code[len(head):].translate(None, _NOT_BRACKET)
+    # tokenize only counts bracket depth, and only its value at the line end decides NL or
+    # NEWLINE: the net change stands for the whole sequence.
+    net = len(brackets) - 2 * (brackets.count(b")") + brackets.count(b"]")
+                               + brackets.count(b"}"))
+    rest = b"(" * net if net > 0 else b")" * -net
+    if not head.strip() and not rest and code.strip():
+        head += b"x"  # a statement such as `...` or `-x`: still one token
+    if cut is None:
+        return head + rest + line[len(body):]
+    if body[cut.start()] == 35 and _QUOTE_OR_BACKSLASH.search(body, cut.start() + 1) is None:
+        # A comment, or text in a multi-line string: with no quote or backslash after the
+        # `#`, it neither opens nor closes a string.
+        return head + rest + b"#" + line[len(body):]
+    lead = head + rest
+    return (lead + b" " if lead.strip() else lead) + line[cut.start():]
 
 
 def scan_python(data, skip, builder):
@@ -47,19 +85,30 @@ def _scan_tokenize(data, skip, out):
     n = len(data)
     if n - skip > TOKENIZE_MAX_LINE and data.find(b"\n", skip) == -1:
         raise _LongLine
-    starts, state = [], {"pos": skip}
+    starts, state = [], {"pos": skip, "continued": False}
 
     def readline():
         pos = state["pos"]
         if pos >= n:
             return ""
+        if starts and not state["continued"]:
+            # Blank lines change no token that matters: skip a run of them at once (rows then
+            # count fed lines; `starts` maps them back to byte offsets).
+            blank = _BLANK_RUN.match(data, pos).end()
+            last = data.rfind(b"\n", pos, blank)
+            if last != -1:
+                pos = last + 1
+                if pos >= n:
+                    return ""
         end = data.find(b"\n", pos)
         end = n if end == -1 else end + 1
         if end - pos > TOKENIZE_MAX_LINE:
             raise _LongLine
         starts.append(pos if starts else 0)
         state["pos"] = end
-        return data[pos:end].decode("utf-8")
+        line = data[pos:end]
+        state["continued"] = line.rstrip(b"\r\n").endswith(b"\\")
+        return reduced_line(line).decode("utf-8")
 
     NEWLINE, NL_, COMMENT, INDENT, DEDENT = (tokenize.NEWLINE, tokenize.NL, tokenize.COMMENT,
                                             tokenize.INDENT, tokenize.DEDENT)
@@ -72,9 +121,11 @@ def _scan_tokenize(data, skip, out):
             last_row = tok.start[0] - 1
             if first_row is not None and last_row > first_row:
                 out.mask(starts[first_row], starts[last_row] + 1, "l")
-                if decorator is not None:
-                    for row in range(first_row + 1, last_row + 1):
-                        out.attach(starts[row], decorator)
+                if decorator is not None:  # every physical line, blank ones included
+                    line, stop = starts[first_row], starts[last_row]
+                    while line < stop:
+                        line = data.find(b"\n", line, stop) + 1
+                        out.attach(line, decorator)
             first_row = decorator = None
             continue
         if kind in skipped or kind == NL_:
@@ -130,15 +181,15 @@ def _lex_python(data, start, end):
 
 def _triple_end(data, p, end, quote):
     i = p + 3
-    pattern = _TRIPLE_END[quote]
+    closing = quote * 3
     while True:
-        m = pattern.search(data, i, end)
-        if m is None:
+        j = data.find(closing, i, end)
+        if j == -1:
             return end
-        if data[m.start()] == BSL:
-            i = m.start() + 2
+        if escaped(data, p + 2, j):
+            i = j + 1
         else:
-            return m.end()
+            return j + 3
 
 
 def py_spans(data, start, end):
