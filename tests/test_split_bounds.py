@@ -33,6 +33,8 @@ def adversarial_inputs():
         "no_spaces.txt": "x" * 200_000 + "\n" + "é" * 50_000,
         "dense_list.md": "# T\n\nIntro.\n\n## Items\n" + "".join(f"- item {n} with some words\n" for n in range(9000)),
         "deep.json": "[" * 3000 + "1" + "]" * 3000 + "\n" + "{\"k\": [" + "0," * 60000 + "0]}\n",
+        "deep_lines.c": "void f(void)\n{\n" + "    if (x) {\n" * 15000 + "}\n" * 15001,
+        "deep_lines.py": "".join(" " * n + "if x:\n" for n in range(0, 1200)) + "pass\n" * 10,
         "crlf_big_class.py": ("import os\r\n\r\n\r\nclass Big:\r\n" + "".join(f"    attr_{n} = {n}\r\n"
                                                         for n in range(9000))),
     }
@@ -111,13 +113,18 @@ class SegmentBoundTest(HermeticTestCase):
             self.assertEqual(handle.read(), data.replace(old, new, 1))
 
 
+# VmHWM is the peak RSS of this process's own memory since exec; ru_maxrss would also count
+# the pages a fork copied from the (larger) test process.
 PEAK_SCRIPT = r"""
-import os, resource, sys
+import sys
 sys.path.insert(0, sys.argv[1])
 import nagent_file_split_lib as lib
-base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+def hwm():
+    with open("/proc/self/status") as handle:
+        return next(int(l.split()[1]) for l in handle if l.startswith("VmHWM:"))
+base = hwm()
 lib.split_file(sys.argv[2], sys.argv[3])
-print(base, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+print(base, hwm())
 """
 
 

@@ -28,6 +28,7 @@ from bisect import bisect_left, bisect_right
 
 from nagent_split_lexers import CR, NL, SYNTAXES, lex, lex_xml
 from nagent_split_python import py_spans
+from nagent_split_scan import offset_type
 
 LABEL_MAX = 120
 _SAFE_FIRST = {"brackets": b";},", "python": b",;)]}", "xml": b">", "indent": b"",
@@ -41,6 +42,15 @@ class Engine:
         self.target, self.limit = target, max(target, limit)
         self.container = re.compile(lang.container, re.M) if lang.container else None
         self.closer = re.compile(rb"[ \t]*(?:" + lang.closer + rb")") if lang.closer else None
+        # Candidate indices per level: a refinement then visits only its own level's
+        # candidates, so 100,000 nested levels cost no more than 100,000 siblings.
+        self.by_level = {}
+        for i, level in enumerate(scan.level):
+            found = self.by_level.get(level)
+            if found is None:
+                found = self.by_level[level] = array("i" if len(scan.level) < 2**31 else "q")
+            found.append(i)
+        self.levels = sorted(self.by_level)
 
     # -- constructs -------------------------------------------------------------------------
     def line_end(self, s):
@@ -78,24 +88,34 @@ class Engine:
         """(shallowest level deeper than floor with a boundary after lo, candidate at lo of
         that level or None); (None, None) when there is none."""
         pos, level = self.scan.pos, self.scan.level
-        i0, i1 = bisect_left(pos, lo), bisect_left(pos, hi)
+        i0, i1 = bisect_right(pos, lo), bisect_left(pos, hi)
+        if i0 >= i1:
+            return None, None
         best = None
-        for i in range(i0, i1):
-            v = level[i]
-            if v > floor and pos[i] > lo and (best is None or v < best):
+        for tried, v in enumerate(self.levels[bisect_right(self.levels, floor):]):
+            if tried == 64:  # many levels outside this range: one pass over it instead
+                best = min((level[i] for i in range(i0, i1) if level[i] > floor), default=None)
+                break
+            members = self.by_level[v]
+            k = bisect_left(members, i0)
+            if k < len(members) and members[k] < i1:
                 best = v
+                break
         if best is None:
             return None, None
-        return best, (i0 if i0 < i1 and pos[i0] == lo and level[i0] == best else None)
+        j = i0 - 1
+        return best, (j if j >= 0 and pos[j] == lo and level[j] == best else None)
 
     def subranges(self, lo, hi, level, head, inside, opening):
         """Sub-ranges of [lo, hi) cut before each candidate of `level`; the first one is the
         construct's opening when `opening` (its head line and what precedes the members)."""
-        pos, levels, pull = self.scan.pos, self.scan.level, self.scan.pull
+        pos, pull, members = self.scan.pos, self.scan.pull, self.by_level[level]
+        i1 = bisect_left(pos, hi)
         start = lo
-        for i in range(bisect_right(pos, lo), bisect_left(pos, hi)):
-            if levels[i] != level:
-                continue
+        for k in range(bisect_left(members, bisect_right(pos, lo)), len(members)):
+            i = members[k]
+            if i >= i1:
+                break
             cut = pull[i] if pull[i] > start else pos[i]
             yield start, cut, level, head, inside, opening
             start, head, opening = cut, i, False
@@ -201,7 +221,7 @@ class Engine:
                 found = _chain(((self.scan.mask_start[k], self.scan.mask_end[k]),), found)
         else:
             found = ()
-        starts, ends = array("q"), array("q")
+        starts, ends = array(offset_type(len(data))), array(offset_type(len(data)))
         for a, b in found:
             if b > p:
                 starts.append(a)

@@ -25,16 +25,23 @@ _COMMENT_KINDS = (ord("c"), ord("d"))
 _PP = re.compile(rb"#[ \t]*(if|ifdef|ifndef|elif|else|endif)\b([ \t]+0\b)?")
 
 
+def offset_type(size):
+    """Array type code for byte offsets into `size` bytes: 4-byte ints while they fit."""
+    return "i" if size < 2**31 else "q"
+
+
 class Builder:
     """Collects candidates, attach lines and masks in ascending order."""
 
-    def __init__(self):
-        self.cand_pos, self.cand_level = array("q"), array("i")
-        self.attach_pos, self.attach_level = array("q"), array("i")
-        self.mask_start, self.mask_end, self.mask_kind = array("q"), array("q"), array("b")
+    def __init__(self, size=0):
+        self.offsets = offset_type(size)
+        self.cand_pos, self.cand_level = array(self.offsets), array("i")
+        self.attach_pos, self.attach_level = array(self.offsets), array("i")
+        self.mask_start, self.mask_end = array(self.offsets), array(self.offsets)
+        self.mask_kind = array("b")
 
     def fork(self):
-        return Builder()
+        return Builder(2**31 if self.offsets == "q" else 0)
 
     def adopt(self, other):
         self.__dict__.update(other.__dict__)
@@ -77,7 +84,7 @@ class Scan(Builder):
 def _pulls(data, b):
     """pull[i]: walk back from candidate i over attach lines of its level (or any level) and
     lines inside block comments or directives, never into the previous candidate's line."""
-    pull = array("q")
+    pull = array(b.offsets)
     previous = -1
     for s, level in zip(b.cand_pos, b.cand_level):
         start = s
@@ -309,7 +316,7 @@ def _scan_text(data, skip, lang, b):
 
 
 def scan(data, skip, lang):
-    b = Builder()
+    b = Builder(len(data))
     if lang.mode == "python":
         scan_python(data, skip, b)
     elif lang.mode == "brackets":
