@@ -17,6 +17,7 @@ Rules, in order, for a range [lo, hi) headed by candidate `head`:
   4. no boundary inside: whole lines up to `target` (after a blank line, then any line that
      is no closing line and not inside a multi-line token or statement);
   5. a single line over `limit`: cut inside the line (see end_cut).
+Refinement stops MAX_NESTING constructs deep (then rule 4), which bounds time and memory.
 Pieces are then packed greedily up to `target`; pieces of different constructs are not joined
 (unless the language's `join_across`, for documents and data); a construct's opening piece (its
 head line before the first member) always joins the piece after it within `limit`, so no
@@ -31,6 +32,7 @@ from nagent_split_python import py_spans
 from nagent_split_scan import offset_type
 
 LABEL_MAX = 120
+MAX_NESTING = 32
 _SAFE_FIRST = {"brackets": b";},", "python": b",;)]}", "xml": b">", "indent": b"",
                "markdown": b"", "text": b""}
 _SAFE_SECOND = b"{([)]> \t"
@@ -42,15 +44,6 @@ class Engine:
         self.target, self.limit = target, max(target, limit)
         self.container = re.compile(lang.container, re.M) if lang.container else None
         self.closer = re.compile(rb"[ \t]*(?:" + lang.closer + rb")") if lang.closer else None
-        # Candidate indices per level: a refinement then visits only its own level's
-        # candidates, so 100,000 nested levels cost no more than 100,000 siblings.
-        self.by_level = {}
-        for i, level in enumerate(scan.level):
-            found = self.by_level.get(level)
-            if found is None:
-                found = self.by_level[level] = array("i" if len(scan.level) < 2**31 else "q")
-            found.append(i)
-        self.levels = sorted(self.by_level)
 
     # -- constructs -------------------------------------------------------------------------
     def line_end(self, s):
@@ -89,18 +82,7 @@ class Engine:
         that level or None); (None, None) when there is none."""
         pos, level = self.scan.pos, self.scan.level
         i0, i1 = bisect_right(pos, lo), bisect_left(pos, hi)
-        if i0 >= i1:
-            return None, None
-        best = None
-        for tried, v in enumerate(self.levels[bisect_right(self.levels, floor):]):
-            if tried == 64:  # many levels outside this range: one pass over it instead
-                best = min((level[i] for i in range(i0, i1) if level[i] > floor), default=None)
-                break
-            members = self.by_level[v]
-            k = bisect_left(members, i0)
-            if k < len(members) and members[k] < i1:
-                best = v
-                break
+        best = min((level[i] for i in range(i0, i1) if level[i] > floor), default=None)
         if best is None:
             return None, None
         j = i0 - 1
@@ -109,13 +91,11 @@ class Engine:
     def subranges(self, lo, hi, level, head, inside, opening):
         """Sub-ranges of [lo, hi) cut before each candidate of `level`; the first one is the
         construct's opening when `opening` (its head line and what precedes the members)."""
-        pos, pull, members = self.scan.pos, self.scan.pull, self.by_level[level]
-        i1 = bisect_left(pos, hi)
+        pos, levels, pull = self.scan.pos, self.scan.level, self.scan.pull
         start = lo
-        for k in range(bisect_left(members, bisect_right(pos, lo)), len(members)):
-            i = members[k]
-            if i >= i1:
-                break
+        for i in range(bisect_right(pos, lo), bisect_left(pos, hi)):
+            if levels[i] != level:
+                continue
             cut = pull[i] if pull[i] > start else pos[i]
             yield start, cut, level, head, inside, opening
             start, head, opening = cut, i, False
@@ -139,7 +119,10 @@ class Engine:
                     not self.is_container(head):
                 yield lo, hi, inside, False, None, False
                 continue
-            level, first = self.cut_level(lo, hi, floor)
+            # Past MAX_NESTING refinements a construct is cut between whole lines: the work
+            # stack and the rescans stay bounded on input nested 100,000 deep.
+            level, first = (self.cut_level(lo, hi, floor) if len(stack) <= MAX_NESTING
+                            else (None, None))
             within = inside if head is None else self.label(head)
             if level is not None:
                 stack.append(self.subranges(lo, hi, level, head if first is None else first,

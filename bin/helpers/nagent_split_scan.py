@@ -22,6 +22,7 @@ from nagent_split_python import scan_python
 
 ANY_LEVEL = -1
 _COMMENT_KINDS = (ord("c"), ord("d"))
+_DIRECTIVE_LINE = re.compile(rb"[ \t]*#")
 _PP = re.compile(rb"#[ \t]*(if|ifdef|ifndef|elif|else|endif)\b([ \t]+0\b)?")
 
 
@@ -98,7 +99,10 @@ def _pulls(data, b):
                 start = t
                 continue
             m = bisect_left(b.mask_start, t) - 1
-            if m >= 0 and t < b.mask_end[m] and b.mask_kind[m] in _COMMENT_KINDS:
+            if m >= 0 and t < b.mask_end[m] and b.mask_kind[m] in _COMMENT_KINDS and \
+                    data.rfind(b"\n", 0, b.mask_start[m]) + 1 > previous:
+                # Inside a block comment or directive that did not open on the previous
+                # candidate's line (a multi-line #define's body stays with the #define).
                 start = t
                 continue
             break
@@ -143,13 +147,16 @@ def _code_tail(data, t, e):
     return line[-1:] or None
 
 
-def _after_terminator(data, s, b, terminators):
+def _after_terminator(data, s, b, terminators, directives):
+    """True when the code line before s ends a statement or opens a block (or there is none);
+    comments, attach lines and (in C) preprocessor lines are looked past."""
     while s > 0:
         t = data.rfind(b"\n", 0, s - 1) + 1
         k = bisect_left(b.attach_pos, t)
         m = bisect_left(b.mask_start, t) - 1
         if (k < len(b.attach_pos) and b.attach_pos[k] == t) or (
-                m >= 0 and t < b.mask_end[m] and b.mask_kind[m] in _COMMENT_KINDS):
+                m >= 0 and t < b.mask_end[m] and b.mask_kind[m] in _COMMENT_KINDS) or (
+                directives and _DIRECTIVE_LINE.match(data, t)):
             s = t
             continue
         tail = _code_tail(data, t, s - 1)
@@ -167,6 +174,7 @@ def _scan_bracketed(data, skip, lang, tokens, b):
     candidate = b"|".join(p for p in (lang.top, lang.nested) if p)
     queries = _queries(_line_regex(lang.attach, candidate), data, skip)
     depth, stack = 0, []  # stack: [depth at #if, depth after the first live branch, dead?]
+    directives = lang.mode == "brackets" and SYNTAXES[lang.syntax].directives
 
     def handle(query, depth):
         s, m, delta = query
@@ -181,7 +189,8 @@ def _scan_bracketed(data, skip, lang, tokens, b):
         else:
             ok, terminated = (depth > lang.base and nested is not None
                               and nested.match(data, k)), lang.nested_terminated
-        if ok and (not terminated or _after_terminator(data, s, b, lang.terminators)):
+        if ok and (not terminated or (directives and data[k] == 35)
+                   or _after_terminator(data, s, b, lang.terminators, directives)):
             b.candidate(s, depth)
 
     query = next(queries, None)

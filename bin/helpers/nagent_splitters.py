@@ -15,8 +15,8 @@ Data contract:
 - `split_ranges(data, lang, target, limit)` returns segments [(start, end, inside, start_mid,
   end_cut)] (nagent_split_engine) tiling the UTF-8 bytes `data` (BOM included) in order; each
   is at most max(target, limit) bytes.
-- `looks_like_cpp(data)`: a `.h` file whose content is C++ (namespace, template<, class with a
-  base or body, access specifiers, `::`, extern "C++").
+- `looks_like_cpp(data)`: a `.h` file whose code (comments and strings aside) is C++:
+  namespace, template<, a class with a base or a body, access specifiers, `::`.
 Structure is found by linear lexers (Python: the standard library's tokenize) and bytes regexes
 anchored at line starts; memory stays linear in the file size. A wrong guess moves a cut, never
 a byte.
@@ -25,6 +25,7 @@ import re
 from dataclasses import dataclass
 
 from nagent_split_engine import Engine
+from nagent_split_lexers import SYNTAXES, lex
 from nagent_split_scan import scan
 
 BOM = b"\xef\xbb\xbf"
@@ -53,7 +54,8 @@ class Language:
 _CLOSE = rb"[}\])]"
 _C_CLOSE = (_CLOSE + rb"|#[ \t]*(?:endif|else|elif)\b|(?:[A-Z0-9_]*_)?END(?:_[A-Z0-9_]*)?\b"
             rb"(?![ \t]*[=:;])")
-_C_ATTACH = rb"//|/\*|#(?![ \t]*(?:endif|else|elif)\b)"
+_C_ATTACH = rb"//|/\*|#(?![ \t]*(?:endif|else|elif|define|undef)\b)"
+_DEFINE = rb"|#[ \t]*(?:define|undef)\b"  # a run of macros is cut between them
 _JS_TOP = (rb"(?:export[ \t]+)?(?:default[ \t]+)?(?:declare[ \t]+)?(?:abstract[ \t]+)?"
            rb"(?:async[ \t]+)?(?:function\b|class\b|const\b|let\b|var\b|interface\b|type\b"
            rb"|enum\b|namespace\b|module\b|import\b|export\b|global\b)|module\.exports|exports\."
@@ -77,13 +79,14 @@ LANGUAGES = {lang.name: lang for lang in (
              closer=rb"(?:else|elif|except|finally)\b|[)\]}]",
              container=rb"(?:class|if|elif|else|try|except|finally|with|async[ \t]+with"
                        rb"|match)\b"),
-    Language("c", "brackets", (".c", ".h"), syntax="c", top=_ITEM, nested=_ITEM,
+    Language("c", "brackets", (".c", ".h"), syntax="c", top=_ITEM + _DEFINE, nested=_ITEM + _DEFINE,
              attach=_C_ATTACH, closer=_C_CLOSE, terminators=b";{}", top_terminated=True,
              nested_terminated=True,
              container=rb"(?:typedef[ \t]+)?(?:struct|union|enum)\b[^(\n]*$|extern[ \t]*\"C\""),
     Language("cpp", "brackets", (".cc", ".cpp", ".cxx", ".c++", ".hpp", ".hh", ".hxx", ".ipp",
                                  ".inl", ".tpp"), syntax="cpp",
-             top=rb"[A-Za-z_~]|::|\[\[", nested=rb"[A-Za-z_~]|::|\[\[", attach=_C_ATTACH,
+             top=rb"[A-Za-z_~]|::|\[\[" + _DEFINE, nested=rb"[A-Za-z_~]|::|\[\[" + _DEFINE,
+             attach=_C_ATTACH,
              closer=_C_CLOSE, terminators=b";{}:", top_terminated=True, nested_terminated=True,
              container=rb"(?:template[ \t]*<[^\n]*>[ \t]*)?(?:class|struct|union|enum)\b[^(\n]*$"
                        rb"|(?:inline[ \t]+)?namespace\b|extern[ \t]*\"C(?:\+\+)?\""),
@@ -117,13 +120,21 @@ LANGUAGES = {lang.name: lang for lang in (
              nested=rb"<[A-Za-z_]", attach=rb"<!--", closer=rb"</", join_across=True),
 )}
 
-_CPP_SIGNS = re.compile(rb"(?m)^[ \t]*(?:namespace[ \t]+\w|template[ \t]*<|(?:public|private|"
-                        rb"protected)[ \t]*:|class[ \t]+\w+[ \t]*(?:final[ \t]*)?[:{]"
-                        rb"|extern[ \t]+\"C\+\+\")|\w::~?\w")
+_CPP_SIGNS = re.compile(rb"(?m)^[ \t]*(?:(?:using[ \t]+)?namespace[ \t]+\w+(?:::\w+)*[ \t]*"
+                        rb"(?:[{;=]|$)|template[ \t]*<|(?:public|private|protected)[ \t]*:"
+                        rb"|class[ \t]+\w+[ \t]*(?:final[ \t]*)?[:{])|\w::~?\w")
 
 
 def looks_like_cpp(data):
-    return _CPP_SIGNS.search(data) is not None
+    """C++ signs in the code of a header (comments and strings skipped: a C header may say
+    `Windows::Storage` or `namespace processing` in its prose)."""
+    pos = 0
+    for token in lex(data, 0, len(data), SYNTAXES["c"]):
+        if len(token) == 3 and token[0] in "cs":
+            if _CPP_SIGNS.search(data, pos, token[1]):
+                return True
+            pos = token[2]
+    return _CPP_SIGNS.search(data, pos) is not None
 
 
 def split_ranges(data, lang, target, limit):
