@@ -89,6 +89,8 @@ def generated(size):
         "markdown: one tiny list item per line": (b"- a\n" * (size // 4), "markdown"),
         "c: blocks nested over lines, 100,000 deep": (
             b"void f(void)\n{\n" + b"    if (x) {\n" * 100_000 + b"}\n" * 100_001, "c"),
+        "rust: one line of repeated keywords": (b"unsafe " * (size // 7) + b"fn f() {}\n", "rust"),
+        "java: one line of repeated modifiers": (b"public " * (size // 7) + b"class A {}\n", "java"),
         "json: nested 100,000 deep": (b"[" * 100_000 + b"1" + b"]" * 100_000 + b"\n"
                                       + b"[\n" + b"1,\n" * (size // 3) + b"1]\n", "json"),
     }

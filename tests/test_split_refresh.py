@@ -110,3 +110,14 @@ class RefreshSafetyTest(HermeticTestCase):
         with self.assertRaises(RefusedError):
             split_lib.split_file(self.source, "fresh", 20)
         self.assertEqual(snapshot("fresh"), before)
+
+    def test_kept_copies_never_follow_a_symlink_out(self):
+        self.edit(1, "edited\n")
+        elsewhere = os.path.join(self.tmp, "elsewhere")
+        os.makedirs(elsewhere)
+        os.symlink(elsewhere, os.path.join("out", "kept"))
+        before = snapshot("out")
+        with self.assertRaises(RefusedError):
+            split_lib.refresh_split("out", force=True)
+        self.assertEqual(os.listdir(elsewhere), [])
+        self.assertEqual(snapshot("out"), before)

@@ -283,10 +283,15 @@ def keep_copies(directory, names, other_source):
     `<directory>/kept/<UTC stamp>[-n]/`; returns the copies' paths."""
     if not names and not other_source:
         return []
+    root = os.path.join(directory, KEPT_DIR)
+    if os.path.islink(root) or (os.path.lexists(root) and not os.path.isdir(root)):
+        # A link here could carry the copies out of the split's directory.
+        raise RefusedError("kept-copies directory is a symlink or not a directory", root,
+                           "remove it, then run again")
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     number = 1
     while True:
-        folder = os.path.join(directory, KEPT_DIR, stamp if number == 1 else f"{stamp}-{number}")
+        folder = os.path.join(root, stamp if number == 1 else f"{stamp}-{number}")
         try:
             os.makedirs(folder)
             break

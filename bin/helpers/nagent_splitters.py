@@ -11,7 +11,8 @@ Data contract:
   `container`: heads whose bodies are cut into members as soon as the construct is over the
   target (other constructs stay whole up to the read limit), and `join_across`: whether a
   segment may mix pieces of different constructs (documents, data). Patterns never cross a
-  line.
+  line, and never repeat a group without a bound (each repetition would keep match state: a
+  5 MB line of `unsafe unsafe ...` would cost hundreds of MB).
 - `split_ranges(data, lang, target, limit)` returns segments [(start, end, inside, start_mid,
   end_cut)] (nagent_split_engine) tiling the UTF-8 bytes `data` (BOM included) in order; each
   is at most max(target, limit) bytes.
@@ -66,7 +67,7 @@ _JS = dict(mode="brackets", syntax="js", top=_JS_TOP, nested=rb"[A-Za-z_$#*\['\"
                      rb"(?:class|interface|namespace|module|enum|global)\b"
                      rb"|[^\n]*=[ \t]*\{[ \t]*$|(?:describe|suite|context)[ \t]*\(")
 _RUST_ITEM = (rb"(?:pub(?:\([^)\n]*\))?[ \t]+)?"
-              rb"(?:(?:unsafe|async|const|default|extern(?:[ \t]+\"[^\"\n]*\")?)[ \t]+)*"
+              rb"(?:(?:unsafe|async|const|default|extern(?:[ \t]+\"[^\"\n]*\")?)[ \t]+){0,6}"
               rb"(?:fn|struct|enum|union|trait|impl|mod|use|type|const|static|macro_rules!"
               rb"|extern)\b|[a-z_][a-z0-9_]*![ \t]*[({\[]")
 _ITEM = rb"[A-Za-z_]"
@@ -94,7 +95,8 @@ LANGUAGES = {lang.name: lang for lang in (
              attach=rb"//|/\*|@", closer=_CLOSE, terminators=b";{}", top_terminated=True,
              nested_terminated=True,
              container=rb"(?:(?:public|protected|private|static|abstract|final|sealed"
-                       rb"|non-sealed|strictfp)[ \t]+)*(?:class|interface|enum|record|@interface)\b"),
+                       rb"|non-sealed|strictfp)[ \t]+){0,8}(?:class|interface|enum|record"
+                       rb"|@interface)\b"),
     Language("javascript", extensions=(".js", ".mjs", ".cjs", ".jsx"), **_JS),
     Language("typescript", extensions=(".ts", ".tsx", ".mts", ".cts"), **_JS),
     Language("go", "brackets", (".go",), syntax="go",
@@ -120,7 +122,7 @@ LANGUAGES = {lang.name: lang for lang in (
              nested=rb"<[A-Za-z_]", attach=rb"<!--", closer=rb"</", join_across=True),
 )}
 
-_CPP_SIGNS = re.compile(rb"(?m)^[ \t]*(?:(?:using[ \t]+)?namespace[ \t]+\w+(?:::\w+)*[ \t]*"
+_CPP_SIGNS = re.compile(rb"(?m)^[ \t]*(?:(?:using[ \t]+)?namespace[ \t]+\w+(?:::\w+){0,8}[ \t]*"
                         rb"(?:[{;=]|$)|template[ \t]*<|(?:public|private|protected)[ \t]*:"
                         rb"|class[ \t]+\w+[ \t]*(?:final[ \t]*)?[:{])|\w::~?\w")
 
