@@ -27,9 +27,8 @@ import re
 from array import array
 from bisect import bisect_left, bisect_right
 
-from nagent_split_lexers import CR, NL, SYNTAXES, lex, lex_xml
+from nagent_split_lexers import CR, NL, SYNTAXES, lex, lex_xml, offset_type
 from nagent_split_python import py_spans
-from nagent_split_scan import offset_type
 
 LABEL_MAX = 120
 MAX_NESTING = 32

@@ -23,6 +23,11 @@ WORD = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ012345678
 SPACE = frozenset(b" \t\r\n\f\v")
 
 
+def offset_type(size):
+    """Array type code for byte offsets into `size` bytes: 4-byte ints while they fit."""
+    return "i" if size < 2**31 else "q"
+
+
 @dataclass(frozen=True)
 class Syntax:
     brackets: bytes = b"{}()[]"

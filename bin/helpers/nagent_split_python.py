@@ -16,14 +16,16 @@ Data contract: `scan_python(data, skip, builder)` feeds `builder` (nagent_split_
 Speed: the code of a line before its first quote, `#` or backslash holds no string, comment or
 continuation, so tokenize is fed only what of it can matter (`reduced_line`): the indentation,
 the first word (or `@`) and the net bracket depth change; the rest of the line follows unchanged (a
-`#` with no quote or backslash after it as a bare `#`). Rows, indentation, bracket depth,
+`#` with no quote or backslash after it as a bare `#` on a comment-only line, and not at all
+after code). Rows, indentation, bracket depth,
 logical lines, strings and first tokens come out as for the full line (checked against
 unreduced tokenize on every .py of the standard library and site-packages).
 """
 import re
 import tokenize
+from array import array
 
-from nagent_split_lexers import BSL, CR, NL, escaped, skip_quoted
+from nagent_split_lexers import BSL, CR, NL, escaped, offset_type, skip_quoted
 
 # tokenize's string patterns keep per-character match state: a line this long goes to the
 # linear fallback instead (its memory is then constant).
@@ -33,6 +35,7 @@ _CLOSER_BYTES = re.compile(rb"(?:else|elif|except|finally)\b")
 _SPECIAL = re.compile(rb"""[#'"\n()\[\]{}]""")
 _INDENT = re.compile(rb"[ \t\f]*")
 _BLANK_RUN = re.compile(rb"[ \t\f\r\n]*")
+_LINE_END = frozenset(b"\r\n")
 
 
 _PREFIX = re.compile(rb"[ \t\f]*(?:@|[A-Za-z_][A-Za-z_0-9]*)?")
@@ -65,8 +68,8 @@ def reduced_line(line):
         return head + rest + line[len(body):]
     if body[cut.start()] == 35 and _QUOTE_OR_BACKSLASH.search(body, cut.start() + 1) is None:
         # A comment, or text in a multi-line string: with no quote or backslash after the
-        # `#`, it neither opens nor closes a string.
-        return head + rest + b"#" + line[len(body):]
+        # `#`, it neither opens nor closes a string. Only a comment-only line needs its mark.
+        return head + rest + (b"" if head.strip() or rest else b"#") + line[len(body):]
     lead = head + rest
     return (lead + b" " if lead.strip() else lead) + line[cut.start():]
 
@@ -85,18 +88,18 @@ def _scan_tokenize(data, skip, out):
     n = len(data)
     if n - skip > TOKENIZE_MAX_LINE and data.find(b"\n", skip) == -1:
         raise _LongLine
-    starts, state = [], {"pos": skip, "continued": False}
+    starts = array(offset_type(n))  # byte offset of each line fed to tokenize, by row
+    pos, continued = skip, False
 
     def readline():
-        pos = state["pos"]
+        nonlocal pos, continued
         if pos >= n:
             return ""
-        if starts and not state["continued"]:
-            # Blank lines change no token that matters: skip a run of them at once (rows then
-            # count fed lines; `starts` maps them back to byte offsets).
-            blank = _BLANK_RUN.match(data, pos).end()
-            last = data.rfind(b"\n", pos, blank)
-            if last != -1:
+        if starts and not continued and data[pos] in _LINE_END:
+            # Empty lines change no token that matters: skip a run of blank lines at once
+            # (rows then count fed lines; `starts` maps them back to byte offsets).
+            last = data.rfind(b"\n", pos, _BLANK_RUN.match(data, pos).end())
+            if last != -1:  # (a lone CR is no line end)
                 pos = last + 1
                 if pos >= n:
                     return ""
@@ -105,20 +108,18 @@ def _scan_tokenize(data, skip, out):
         if end - pos > TOKENIZE_MAX_LINE:
             raise _LongLine
         starts.append(pos if starts else 0)
-        state["pos"] = end
         line = data[pos:end]
-        state["continued"] = line.rstrip(b"\r\n").endswith(b"\\")
+        pos = end
+        continued = line.endswith((b"\\\n", b"\\\r\n"))
         return reduced_line(line).decode("utf-8")
 
-    NEWLINE, NL_, COMMENT, INDENT, DEDENT = (tokenize.NEWLINE, tokenize.NL, tokenize.COMMENT,
-                                            tokenize.INDENT, tokenize.DEDENT)
-    skipped = {tokenize.ENCODING, tokenize.ENDMARKER, INDENT, DEDENT}
+    NEWLINE, NL_, COMMENT = tokenize.NEWLINE, tokenize.NL, tokenize.COMMENT
+    skipped = {tokenize.ENCODING, tokenize.ENDMARKER, tokenize.INDENT, tokenize.DEDENT, NL_}
     first_row = None      # row of the current logical line's first token (0-based)
     decorator = None      # its column when that line is a decorator
-    for tok in tokenize.generate_tokens(readline):
-        kind = tok.type
+    for kind, string, (row, col), _end, _line in tokenize.generate_tokens(readline):
         if kind == NEWLINE:
-            last_row = tok.start[0] - 1
+            last_row = row - 1
             if first_row is not None and last_row > first_row:
                 out.mask(starts[first_row], starts[last_row] + 1, "l")
                 if decorator is not None:  # every physical line, blank ones included
@@ -127,20 +128,17 @@ def _scan_tokenize(data, skip, out):
                         line = data.find(b"\n", line, stop) + 1
                         out.attach(line, decorator)
             first_row = decorator = None
+        elif kind in skipped or first_row is not None:
             continue
-        if kind in skipped or kind == NL_:
-            continue
-        if first_row is None:
-            row, col = tok.start[0] - 1, tok.start[1]
-            if kind == COMMENT:
-                out.attach(starts[row], col)
-                continue
-            first_row = row
-            if tok.string == "@":
+        elif kind == COMMENT:
+            out.attach(starts[row - 1], col)
+        else:
+            first_row = row - 1
+            if string == "@":
                 decorator = col
-                out.attach(starts[row], col)
-            elif tok.string not in _CLOSERS:
-                out.candidate(starts[row], col)
+                out.attach(starts[first_row], col)
+            elif string not in _CLOSERS:
+                out.candidate(starts[first_row], col)
     # Ending inside a statement or an open bracket raises TokenError (-> fallback) above.
     return out
 

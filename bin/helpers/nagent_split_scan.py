@@ -17,18 +17,13 @@ import re
 from array import array
 from bisect import bisect_left
 
-from nagent_split_lexers import SYNTAXES, lex, lex_xml
+from nagent_split_lexers import SYNTAXES, lex, lex_xml, offset_type
 from nagent_split_python import scan_python
 
 ANY_LEVEL = -1
 _COMMENT_KINDS = (ord("c"), ord("d"))
 _DIRECTIVE_LINE = re.compile(rb"[ \t]*#")
 _PP = re.compile(rb"#[ \t]*(if|ifdef|ifndef|elif|else|endif)\b([ \t]+0\b)?")
-
-
-def offset_type(size):
-    """Array type code for byte offsets into `size` bytes: 4-byte ints while they fit."""
-    return "i" if size < 2**31 else "q"
 
 
 class Builder:
