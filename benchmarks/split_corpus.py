@@ -190,6 +190,12 @@ def main(argv=None):
             print("problem:", line)
         if args.largest:
             print("\n| file | size | peak RSS - baseline | per byte | time |\n|---|---|---|---|---|")
+            tiny = os.path.join(workdir, "constant.py")
+            with open(tiny, "wb") as handle:
+                handle.write(b"def f():\n    return 1\n" * 50)
+            report = peak_rss(tiny, workdir)
+            print(f"| (the constant: a 1 KB file) | 1.1 kB | "
+                  f"{(report['peak'] - report['base']) / 2**20:.1f} MiB | | |")
             for corpus, found in largest.items():
                 for size, path in sorted(found, reverse=True)[:args.largest]:
                     report = peak_rss(path, workdir)
