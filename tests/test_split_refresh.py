@@ -77,7 +77,8 @@ class RefreshSafetyTest(HermeticTestCase):
         self.assertNotIn("kept", proc.stdout)
         self.edit(0, "changed\n")
         proc = self.run_tool("nagent-file-split", "--output", "out", "--refresh", "--force")
-        self.assertIn("kept 1 edited segment", proc.stdout)
+        self.assertIn("kept a copy of 1 edited file first: " + os.path.join(
+            self.cwd, "out", "kept", ""), proc.stdout)
 
     def test_unchanged_segments_refresh_freely(self):
         with open(self.source, "a", encoding="utf-8") as handle:
@@ -121,3 +122,17 @@ class RefreshSafetyTest(HermeticTestCase):
             split_lib.refresh_split("out", force=True)
         self.assertEqual(os.listdir(elsewhere), [])
         self.assertEqual(snapshot("out"), before)
+
+    def test_force_over_another_files_split_keeps_its_index_and_edits(self):
+        self.edit(0, "edited\n")
+        with open(os.path.join("out", "index.json"), "rb") as handle:
+            old_index = handle.read()
+        other = self.write_file("other.md", "# Other\n\ntext\n")
+        index = split_lib.split_file(other, "out", 20, force=True)
+        self.assertEqual(index["source"], os.path.realpath(other))
+        kept = {os.path.basename(path): path for path in index["kept_edits"]}
+        self.assertEqual(sorted(kept), sorted([self.names[0], "index.json"]))
+        with open(kept["index.json"], "rb") as handle:
+            self.assertEqual(handle.read(), old_index)
+        with open(kept[self.names[0]], encoding="utf-8") as handle:
+            self.assertEqual(handle.read(), "edited\n")
