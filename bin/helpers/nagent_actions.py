@@ -17,7 +17,6 @@ hook's run rides along in `ActionOutcome.hook` for the loop to record.
 import json
 import os
 import subprocess
-import sys
 import uuid
 from dataclasses import dataclass, field, replace
 
@@ -26,6 +25,7 @@ from nagent_file_split_lib import READ_SPLIT_THRESHOLD_BYTES
 from nagent_file_tools import (BINARY_SNIFF_BYTES, DEFAULT_MEMORY, DEFAULT_TIMEOUT, describe_split,
                                looks_binary, patch_registered, split_for_read)
 from nagent_hooks import check_action
+from nagent_install import tool_argv
 from nagent_protocol_blocks import result_block
 
 
@@ -42,7 +42,6 @@ class ActionContext:
     depth: int = 0
     max_depth: int = 3
     agent_timeout: float = 1800.0
-    nagent_bin: str = ""
     extra_args: tuple = field(default=())
     secret_names: tuple = ()     # variables holding keys the config refers to: kept from shells
     secrets: tuple = ()          # key values: blanked in shell output, side files included
@@ -203,7 +202,7 @@ def execute_shell(action, ctx):
 
 def child_command(ctx, name):
     settings = ctx.settings
-    command = [sys.executable, ctx.nagent_bin, "--conversation", name, "--pid", ctx.pid,
+    command = [*tool_argv("nagent"), "--conversation", name, "--pid", ctx.pid,
                "--invocation", "delegated", "--parent-conversation", ctx.conversation,
                "--depth", str(ctx.depth + 1), "--json"]
     if settings is not None:

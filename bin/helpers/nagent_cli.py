@@ -2,14 +2,16 @@
 spinner, and the error/exit-code convention.
 
 Data contract:
-- `early_description(argv, text)` returns True after printing `text` (one line) when
-  argv asks for --description; tools call it before building argparse so it stays cheap.
+- `early_exit(argv, prog, text)` returns True after printing `text` (one line) when argv asks
+  for --description, or the version line when it asks for --version (before any "--"); tools
+  call it before building argparse so both stay cheap.
 - `run_main(fn, argv)` calls `fn(argv) -> int`, turning NagentError into one stderr line
   and its exit code, KeyboardInterrupt into 130, and any other exception (a bug) into one
   "internal error" line and exit 1; NAGENT_DEBUG=1 shows the traceback instead.
 - `emit_json(data)` writes one JSON document to stdout (nothing else goes to stdout in
   --json mode). `redact(text, secrets)` blanks out secret values in any text.
-- `argument_parser(**kwargs)` is argparse whose usage errors raise UsageError.
+- `argument_parser(**kwargs)` is argparse whose usage errors raise UsageError (one line in the
+  `Error: <what>: <value> (<fix>)` shape); every parser has --version.
 - `read_prompt(words, stdin)` returns (prompt text, source) for argv, piped stdin, or argv
   text followed by stdin when the last word is "-"; no prompt → UsageError. `current_cwd()` is
   the working directory, or InputError when it was deleted.
@@ -27,9 +29,14 @@ import time
 from nagent_errors import EXIT_CODES, InputError, NagentError, UsageError
 
 
-def early_description(argv, text):
-    if "--description" in argv:
+def early_exit(argv, prog, text):
+    flags = argv[:argv.index("--")] if "--" in argv else argv
+    if "--description" in flags:
         sys.stdout.write(text.strip().splitlines()[0] + "\n")
+        return True
+    if "--version" in flags:
+        from nagent_install import version_line
+        sys.stdout.write(version_line(prog) + "\n")
         return True
     return False
 
@@ -102,7 +109,7 @@ def read_prompt(words, stdin):
         text, source = read_stdin(stdin), "stdin"
     else:
         raise UsageError("no prompt", "", 'run nagent "your prompt", pipe one on stdin, or use a '
-                         "lifecycle flag such as --status (see --help)")
+                         "lifecycle flag such as --status; see nagent --help")
     if not text.strip():
         raise UsageError("empty prompt", repr(text[:20]), "give the model something to do")
     return text, source
@@ -167,13 +174,20 @@ class Spinner:
 def argument_parser(**kwargs):
     """argparse, but a bad command line is a UsageError: one `Error:` line and exit 2."""
     import argparse
-    from nagent_errors import UsageError
+    from nagent_install import version_line
 
     class Parser(argparse.ArgumentParser):
         def error(self, message):
+            # "invalid choice: 'x' (choose from ...)" would nest in the line's own parentheses.
+            message = message.replace(" (choose from ", "; choose from ")
+            if "; choose from " in message and message.endswith(")"):
+                message = message[:-1]
             raise UsageError(message, "", f"see {self.prog} --help")
 
-    return Parser(**kwargs)
+    parser = Parser(**kwargs)
+    parser.add_argument("--version", action="version", version=version_line(parser.prog),
+                        help="print the version and exit")
+    return parser
 
 
 PROVIDER_FLAGS = ("provider", "model", "timeouts.connect", "timeouts.read", "retry.max_attempts")
@@ -190,9 +204,17 @@ def add_setting_flags(parser, names):
         rule = "" if key.kind in ("choice", "str") else "; " + key.requirement()[len("must be "):]
         metavar = {"int": "N", "float": "SECONDS" if "timeout" in name else "N"}.get(
             key.kind, "CMD" if name.startswith("hooks.") else "NAME")
+        text = provider_choices() if name == "provider" else key.help
         parser.add_argument(key.flag, choices=key.choices or None,
                             metavar=None if key.choices else metavar,
-                            help=f"{key.help} (config {name}{default}{rule})")
+                            help=f"{text} (config {name}{default}{rule})")
+
+
+def provider_choices():
+    """The --provider help: every provider of the table with its aliases."""
+    from nagent_providers import BUILTIN_PROVIDERS
+    names = ", ".join("/".join((row.name,) + tuple(row.aliases)) for row in BUILTIN_PROVIDERS)
+    return f"provider: {names}, or a providers.NAME entry of the config with a base_url"
 
 
 def add_provider_flags(parser):

@@ -142,13 +142,18 @@ def file_edit_facts(record, context_module, action_context):
 
 
 def shell_environ(environ):
-    """The environment actions run in: the tool list the model reads says "Tools on PATH"."""
+    """The environment actions run in: the tool list the model reads says "Tools on PATH". An
+    installed copy's scripts directory also holds its environment's python and pip: it goes
+    last, so the project's own python stays the one a shell action finds."""
     from nagent_discovery import default_bin_dirs
+    from nagent_install import checkout_bin_dir
     env = dict(environ)
     parts = [part for part in env.get("PATH", "").split(os.pathsep) if part]
-    for directory in reversed(default_bin_dirs(env)):
-        if os.path.isdir(directory) and directory not in parts:
-            parts.insert(0, directory)
+    own, home_bin = default_bin_dirs(env)
+    if os.path.isdir(home_bin) and home_bin not in parts:
+        parts.insert(0, home_bin)
+    if os.path.isdir(own) and own not in parts:
+        parts.insert(0 if checkout_bin_dir() else len(parts), own)
     env["PATH"] = os.pathsep.join(parts)
     return env
 
@@ -179,7 +184,6 @@ def build_session(options, environ, cwd, settings=None):
         file_tool_timeout=settings.file_tools.timeout,
         file_tool_memory=settings.file_tools.memory_mb << 20,
         secret_names=secret_names(settings.providers), secrets=secrets,
-        nagent_bin=os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(__file__))), "nagent"),
     )
 
     def initial_context():
