@@ -182,6 +182,7 @@ def make_conversation(path, megabytes):
     """A realistic-looking conversation of about `megabytes` MB: turns of reply, shell result,
     file read result and stats, written with the real record encoder."""
     from nagent_conversation import encode_record
+    from nagent_stats_format import encode_stats
     stamp = "2026-11-22T00:00:00Z"
     seq, size, turn = 0, 0, 0
     listing = "".join(f"-rw-r--r-- 1 user user {n * 37:6d} Nov 22 00:00 file_{n:04d}.py\n" for n in range(60))
@@ -207,7 +208,7 @@ def make_conversation(path, megabytes):
                           "</nagent-read-result>", {"action": "read"})
             totals = {"turns": turn, "input_tokens": turn * 9000, "output_tokens": turn * 300,
                       "cache_read_tokens": turn * 8000, "cache_write_tokens": 1000}
-            put("stats", json.dumps({"conversation": totals, "run": totals, "windows": []}, sort_keys=True))
+            put("stats", encode_stats(totals, totals, prompts=1))
     return size, seq
 
 

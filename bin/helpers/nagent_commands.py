@@ -3,7 +3,11 @@
 Data contract: `run_prompt(options)` and `run_lifecycle(chosen, options)` take the parsed
 command line as a plain dict, resolve the settings once (every command reads the config, so a
 malformed one is reported whatever the command), print the human or JSON output, and return
-the exit code. The prompt comes from nagent_cli.read_prompt.
+the exit code. The prompt comes from nagent_cli.read_prompt. Flags that only make sense
+together are checked first (`check_combinations`): --turn goes with --branch-conversation;
+--new (-n) goes with a prompt, never with --retry, a lifecycle flag or --file-edit. With --new,
+the selected conversation is archived (as --clear does) only after every check of the run has
+passed, right before the prompt runs.
 """
 import os
 import sys
@@ -12,9 +16,27 @@ from nagent_cli import current_cwd, emit_json, load_settings, read_prompt, redac
 from nagent_errors import NagentError, UsageError
 
 
+def check_combinations(chosen, options):
+    turn = options.get("turn")
+    if turn is not None and chosen != ["branch_conversation"]:
+        raise UsageError("--turn only applies to --branch-conversation", f"--turn {turn}",
+                         "nagent --branch-conversation [NAME] --turn N")
+    if options.get("new"):
+        if chosen:
+            raise UsageError("--new runs a prompt in a fresh conversation; it takes no lifecycle flag",
+                             "--" + chosen[0].replace("_", "-"), "use --clear to start afresh without a prompt")
+        if options.get("retry"):
+            raise UsageError("--new and --retry exclude each other", "--retry",
+                             "--retry re-runs a failed prompt of the current conversation")
+        if options.get("file_edit"):
+            raise UsageError("--new does not apply to a per-file edit session", options["file_edit"],
+                             "start one afresh with nagent-file-edit --file PATH --clear")
+
+
 def run_prompt(options):
     from nagent_loop import run_agent_loop
     from nagent_session import build_session, check_conversation
+    check_combinations([], options)
     if options.get("force"):
         raise UsageError("--force only applies to --save-conversation", "", "see nagent --help")
     check_conversation(options, os.environ)  # a bad name or a missing file comes first
@@ -32,6 +54,9 @@ def run_prompt(options):
     session = build_session(options, dict(os.environ), current_cwd(), settings)
     if session.file_edit and session.file_edit.get("warning"):
         sys.stderr.write(f"warning: {session.file_edit['warning']}\n")
+    if options.get("new") and os.path.exists(session.path):
+        import nagent_conversation_lifecycle as lifecycle
+        lifecycle.archive(session.path, reason="new")
     outcome = run_agent_loop(session, prompt, source)
     # Keys the config names (e.g. "${CORP_KEY}") are not in the environment's *_API_KEY set
     # that report_error knows: blank the session's own list in everything printed.
@@ -66,6 +91,7 @@ def redacted(value, secrets):
 
 def run_lifecycle(chosen, options):
     import nagent_lifecycle_commands as commands
+    check_combinations(chosen, options)
     if len(chosen) > 1:
         raise UsageError("choose one lifecycle flag at a time", ", ".join("--" + c.replace("_", "-")
                                                                         for c in chosen))
