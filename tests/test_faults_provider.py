@@ -119,7 +119,7 @@ class _ProviderFaults:
         self.assertIn("after 3 attempts", outcome.error["value"])
         errors = self.records("error")
         self.assertEqual([e.attr("status") for e in errors], ["503"] * 3)
-        self.assertIn("(after 3 attempts)", errors[-1].body)
+        self.assertIn(", after 3 attempts", errors[-1].body)
         self.assertNotIn("retrying", errors[-1].body)
         self.assertEqual([r.kind for r in self.records()[-2:]], ["error", "system"])  # + failed mark
         seq = self.last_seq()

@@ -108,8 +108,8 @@ def read_prompt(words, stdin):
     elif stdin is not None and not stdin.isatty():
         text, source = read_stdin(stdin), "stdin"
     else:
-        raise UsageError("no prompt", "", 'run nagent "your prompt", pipe one on stdin, or use a '
-                         "lifecycle flag such as --status; see nagent --help")
+        raise UsageError("no prompt", "", 'run nagent "your prompt" or pipe one on stdin; '
+                         "nagent --list-conversations lists conversations, nagent --help every flag")
     if not text.strip():
         raise UsageError("empty prompt", repr(text[:20]), "give the model something to do")
     return text, source

@@ -27,7 +27,8 @@ Data contract
   ~/.nagent/config.json or default, with the flag or path). `describe_settings(settings)` is the
   `nagent --config` view: (name, value, source) rows with keys redacted.
 * `api_key_for(settings)` returns the key of the selected provider (a "${VAR}" api_key reads the
-  variable), or raises SetupError naming the variables to set.
+  variable), or raises SetupError naming the variables to set. `key_source(settings)` names
+  where that key comes from (the variable, or the config's api_key), for error messages.
 """
 import json
 import os
@@ -315,6 +316,19 @@ def api_key_for(settings):
     names = " or ".join(row.key_env) or "an api_key entry"
     raise SetupError(f"missing API key for {row.name}", f"set {names}",
                      f"export {row.key_env[0]}=..." if row.key_env else "")
+
+
+def key_source(settings):
+    """Where the selected provider's key comes from: a variable name, or the config entry."""
+    row = settings.provider
+    if row.api_key:
+        if row.api_key.startswith("${") and row.api_key.endswith("}"):
+            return row.api_key[2:-1]
+        return f"providers.{row.name}.api_key in the config"
+    for name in row.key_env:
+        if settings.environ.get(name):
+            return name
+    return " or ".join(row.key_env) or "no key"
 
 
 # -- the effective settings, for `nagent --config` ------------------------------------------

@@ -74,7 +74,8 @@ def call_llm(run, spinner):
     session = run.session
     if run.calls >= session.limits.max_calls:
         raise LimitError("model call limit reached for this invocation", session.limits.max_calls,
-                         "raise max_calls in the config or continue with another prompt")
+                         "raise it with --max-calls N or max_calls in the config, or continue "
+                         "with another prompt")
     request = build_request(run.writer.records(), session.settings.provider,
                             cache_key=session.cache_key)
 

@@ -56,7 +56,7 @@ def require_sandbox(policy, environ):
     import shutil
     if policy.sandbox == "bwrap" and not shutil.which("bwrap", path=environ.get("PATH", os.defpath)):
         raise SetupError("bwrap not found", "shell_sandbox is bwrap",
-                         "install bubblewrap (apt-get install bubblewrap) or use --shell-sandbox none")
+                         "install bubblewrap, e.g. apt-get install bubblewrap, or use --shell-sandbox none")
 
 
 def config_secrets(providers, environ):
