@@ -102,6 +102,32 @@ class ConventionsTest(HermeticTestCase):
             self.assertLessEqual(len(code), 6, f"bin/{name} is not a thin shim")
             self.assertIn(f"from {module} import", "\n".join(code))
 
+    def test_no_model_commands_import_no_sdk_and_no_yaml(self):
+        """Start-up: commands that call no model import no provider SDK (nor its HTTP stack) and
+        no yaml; the conversation commands also skip dataclasses (which imports inspect)."""
+        from concurrent.futures import ThreadPoolExecutor
+        commands = [("nagent", arg) for arg in ("--help", "--version", "--description", "--status",
+                                               "--config", "--list-conversations", "--list-file-edits")]
+        commands += [(name, arg) for name in TOOLS if name != "nagent" for arg in ("--help", "--version")]
+        heavy = ("openai", "anthropic", "google.genai", "httpx", "pydantic", "yaml", "mcp")
+
+        def imported(command):
+            proc = subprocess.run([sys.executable, "-X", "importtime", os.path.join(BIN, command[0]),
+                                   command[1]], capture_output=True, text=True, env=self.env, cwd=self.cwd)
+            return command, proc, {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines()
+                                   if line.startswith("import time:")}
+
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            results = list(pool.map(imported, commands))
+        for (tool, arg), proc, modules in results:
+            self.assertEqual(proc.returncode, 0, (tool, arg, proc.stderr[-400:]))
+            self.assertIn("nagent_cli", modules)  # -X importtime did report
+            for name in heavy:
+                self.assertFalse({m for m in modules if m == name or m.startswith(name + ".")},
+                                 f"{tool} {arg} imports {name}")
+            if tool == "nagent" and arg in ("--status", "--config", "--list-conversations", "--version"):
+                self.assertNotIn("dataclasses", modules, f"{tool} {arg} imports dataclasses")
+
     def test_a_checkout_runs_its_own_bin_files(self):
         self.assertEqual(nagent_install.checkout_bin_dir(), os.path.realpath(BIN))
         self.assertEqual(nagent_install.tool_argv("nagent-file-split"),

@@ -33,7 +33,6 @@ Data contract
 import json
 import os
 from collections import namedtuple
-from dataclasses import FrozenInstanceError, field, fields, make_dataclass
 from types import MappingProxyType
 
 from nagent_config_schema import (DEFAULT, ENV_FILE, FIXED, FLAG, HOME_FILE, KEYS,  # noqa: F401
@@ -52,15 +51,32 @@ class Source(namedtuple("Source", "layer detail", defaults=("",))):
         return f"{self.layer} {self.detail}" if self.detail and self.layer != HOME_FILE else self.layer
 
 
-_PYTYPES = {"int": int, "float": float, "bool": bool, "str": str, "choice": str, "paths": tuple,
-            "map": dict}
+class FrozenInstanceError(AttributeError):
+    """Assigning to a field of frozen settings (the same base class as dataclasses' error)."""
+
+
+_REQUIRED = object()
 
 
 class _Plain:
-    """Frozen-after-init, repr and == for the generated classes, written once: dataclasses would
-    generate (exec) them per class, which costs milliseconds at every start-up."""
+    """Keyword __init__, frozen-after-init, repr and == for the generated classes, written once:
+    dataclasses would import inspect and generate (exec) code per class, which costs
+    milliseconds at every start-up. `_members` is ((name, default, factory, shown/compared)...)."""
+    _members = ()
 
-    def __post_init__(self):
+    def __init__(self, **values):
+        for name, default, factory, _ in self._members:
+            if name in values:
+                value = values.pop(name)
+            elif factory is not None:
+                value = factory()
+            elif default is _REQUIRED:
+                raise TypeError(f"{type(self).__name__} needs {name}")
+            else:
+                value = default
+            object.__setattr__(self, name, value)
+        if values:
+            raise TypeError(f"{type(self).__name__} has no field {sorted(values)[0]}")
         object.__setattr__(self, "_sealed", True)
 
     def __setattr__(self, name, value):
@@ -72,15 +88,22 @@ class _Plain:
         raise FrozenInstanceError(f"cannot delete field {name!r}")
 
     def __repr__(self):
-        shown = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in fields(self) if f.repr)
+        shown = ", ".join(f"{name}={getattr(self, name)!r}" for name, _, _, shown in self._members if shown)
         return f"{type(self).__name__}({shown})"
 
     def __eq__(self, other):
         if type(other) is not type(self):
             return NotImplemented
-        return all(getattr(self, f.name) == getattr(other, f.name) for f in fields(self) if f.compare)
+        return all(getattr(self, name) == getattr(other, name) for name, _, _, compared in self._members
+                   if compared)
 
     __hash__ = None
+
+
+def _plain_class(name, members, namespace=None):
+    """A _Plain subclass with these members: (name, default=_REQUIRED, factory=None, shown=True)."""
+    full = tuple((member + (_REQUIRED, None, True)[len(member) - 1:])[:4] for member in members)
+    return type(name, (_Plain,), dict(namespace or {}, _members=full, __slots__=()))
 
 
 def _build_types():
@@ -88,11 +111,10 @@ def _build_types():
     for key in SCHEMA:
         section, name = key.place
         if section:
-            sections.setdefault(section, []).append((name, _PYTYPES[key.kind]))
-    classes = {name: make_dataclass(name.capitalize() + "Settings", members, bases=(_Plain,),
-                                    eq=False, repr=False)
+            sections.setdefault(section, []).append((name,))
+    classes = {name: _plain_class(name.capitalize() + "Settings", members)
                for name, members in sections.items()}
-    top = [(key.place[1], object) for key in SCHEMA if key.place[0] == "" and key.name not in FIXED]
+    top = [(key.place[1],) for key in SCHEMA if key.place[0] == "" and key.name not in FIXED]
 
     def value(self, name):
         if name == "provider":
@@ -103,16 +125,13 @@ def _build_types():
     def source(self, name):
         return self.sources.get(name, Source(DEFAULT))
 
-    members = ([("provider", object), ("model", str)] + top
-               + [(name, cls) for name, cls in classes.items()]
-               + [("files", tuple, field(default=())),
-                  ("sources", MappingProxyType,
-                   field(default_factory=lambda: MappingProxyType({}), compare=False)),
-                  ("warnings", tuple, field(default=())),
-                  ("environ", dict, field(default_factory=dict, compare=False, repr=False))])
-    settings = make_dataclass("Settings", members, bases=(_Plain,), eq=False, repr=False,
-                              namespace={"value": value, "source": source,
-                                         "provider_name": property(lambda self: self.provider.name)})
+    # sources and environ are neither shown nor compared: environ holds the keys.
+    members = ([("provider",), ("model",)] + top + [(name,) for name in classes]
+               + [("files", ()), ("sources", None, lambda: MappingProxyType({}), False),
+                  ("warnings", ()), ("environ", None, dict, False)])
+    settings = _plain_class("Settings", members,
+                            {"value": value, "source": source,
+                             "provider_name": property(lambda self: self.provider.name)})
     return classes, settings
 
 

@@ -32,8 +32,8 @@ from nagent_conversation_format import (HEADER_MARK, Record, encode_records, par
                                         unescape_body, utc_stamp)
 from nagent_conversation_layout import (NAME_FIX, archive_dir, checkpoint_path,  # noqa: F401
                                         conversation_path, default_conversation_path, default_pid,
-                                        is_state_name, sanitize, side_dir, state_dir, valid_pid,
-                                        validate_name)
+                                        is_state_name, sanitize, selected_conversation, side_dir,
+                                        state_dir, valid_pid, validate_name)
 from nagent_conversation_lock import conversation_lock, is_busy  # noqa: F401
 from nagent_conversation_tail import tail_state
 from nagent_errors import InputError, RefusedError, UsageError

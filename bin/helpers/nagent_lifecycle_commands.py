@@ -13,9 +13,12 @@ from nagent_errors import BusyError, InputError
 
 
 def selected_path(options, environ=None):
-    from nagent_session import resolve_conversation
     environ = dict(os.environ) if environ is None else environ
-    return resolve_conversation(options, environ)[0]
+    if options.get("file_edit"):
+        from nagent_session import resolve_conversation  # finds it in the file-edit index
+        return resolve_conversation(options, environ)[0]
+    # Without --file-edit, no need to load the run's session machinery (start-up time).
+    return lifecycle.selected_conversation(options, environ)[0]
 
 
 def _counts(stats):

@@ -103,9 +103,7 @@ def resolve_conversation(options, environ):
         target = os.path.realpath(record["path"])
         mode = WriteMode(kind="file-edit", target=target, target_id=record["file_id"])
         return layout.conversation_path(record["conversation"], environ), mode, record, pid
-    if options.get("conversation"):
-        return layout.conversation_path(options["conversation"], environ), WriteMode(), None, pid
-    return layout.default_conversation_path(environ, pid=pid), WriteMode(), None, pid
+    return layout.selected_conversation(options, environ)[0], WriteMode(), None, pid
 
 
 def require_sdk(row):
