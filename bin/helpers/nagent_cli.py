@@ -20,10 +20,8 @@ Data contract:
   settings and prints their warnings (unknown config keys) once.
 - `Spinner` draws on stderr only when stderr is a TTY and NAGENT_NO_SPINNER is unset.
 """
-import json
 import os
 import sys
-import threading
 import time
 
 from nagent_errors import EXIT_CODES, InputError, NagentError, UsageError
@@ -42,6 +40,7 @@ def early_exit(argv, prog, text):
 
 
 def emit_json(data):
+    import json  # not at the top: --version and --description never need it
     sys.stdout.write(json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n")
     sys.stdout.flush()
 
@@ -141,7 +140,9 @@ class Spinner:
         self.stream = sys.stderr if stream is None else stream
         self.label = label
         self.enabled = spinner_enabled(self.stream)
+        import threading  # only a command that waits for a model draws a spinner
         self._stop = threading.Event()
+        self._threading = threading
         self._thread = None
 
     def set_label(self, label):
@@ -160,7 +161,7 @@ class Spinner:
 
     def __enter__(self):
         if self.enabled:
-            self._thread = threading.Thread(target=self._draw, daemon=True)
+            self._thread = self._threading.Thread(target=self._draw, daemon=True)
             self._thread.start()
         return self
 
@@ -171,10 +172,31 @@ class Spinner:
         return False
 
 
+def terminal_columns():
+    """shutil.get_terminal_size().columns without importing shutil: $COLUMNS, the terminal, 80."""
+    try:
+        columns = int(os.environ.get("COLUMNS", "0"))
+    except ValueError:
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+    return columns or 80
+
+
 def argument_parser(**kwargs):
     """argparse, but a bad command line is a UsageError: one `Error:` line and exit 2."""
     import argparse
     from nagent_install import version_line
+
+    class Formatter(argparse.HelpFormatter):
+        # argparse asks shutil for the width, and shutil imports bz2, lzma and fnmatch: every
+        # command builds a formatter, only --help prints with it.
+        def __init__(self, prog, **kwargs):
+            kwargs.setdefault("width", terminal_columns() - 2)
+            super().__init__(prog, **kwargs)
 
     class Parser(argparse.ArgumentParser):
         def error(self, message):
@@ -184,7 +206,7 @@ def argument_parser(**kwargs):
                 message = message[:-1]
             raise UsageError(message, "", f"see {self.prog} --help")
 
-    parser = Parser(**kwargs)
+    parser = Parser(**dict({"formatter_class": Formatter}, **kwargs))
     parser.add_argument("--version", action="version", version=version_line(parser.prog),
                         help="print the version and exit")
     return parser

@@ -1,13 +1,18 @@
 """`nagent-file-split`: split a large text file into structure-aware segment files + index.json.
 
 Data contract: as every nagent_main_* module: `DESCRIPTION`, `build_parser()`, `main(argv) ->
-exit code`, `run()` (main under nagent_cli.run_main) for the console script and the bin/ shim."""
+exit code`, `run()` (main under nagent_cli.run_main) for the console script and the bin/ shim.
+--help does not load the splitters (their tables cost more than the rest of start-up): it
+names the default segment size (TARGET_BYTES_HELP, checked against the library by a test), and
+an unknown --type is the error that lists every type.
+"""
 import os
 import sys
 
 from nagent_cli import early_exit, run_main
 
 PROG = "nagent-file-split"
+TARGET_BYTES_HELP = "target segment size in bytes; default 16384"
 DESCRIPTION = ("Split a large text file into structure-aware segment files of at most 64 KiB "
                "and an index.json (source hash, line numbers, per-segment hashes); --refresh "
                "re-splits.")
@@ -15,15 +20,14 @@ DESCRIPTION = ("Split a large text file into structure-aware segment files of at
 
 def build_parser():
     from nagent_cli import add_provider_flags, argument_parser
-    from nagent_file_split_lib import DEFAULT_TARGET_BYTES, split_types
     parser = argument_parser(prog=PROG, description=DESCRIPTION)
     parser.add_argument("--file", metavar="PATH", help="source file to split")
     parser.add_argument("--output", metavar="DIR", required=True,
                         help="directory for the segment files and index.json")
-    parser.add_argument("--target-bytes", type=int, metavar="N",
-                        help=f"target segment size in bytes; default {DEFAULT_TARGET_BYTES}")
+    parser.add_argument("--target-bytes", type=int, metavar="N", help=TARGET_BYTES_HELP)
     parser.add_argument("--type", metavar="T",
-                        help="split type, by default from the extension: " + ", ".join(split_types()))
+                        help="split type, by default from the file's extension, else text: python, "
+                             "markdown, json ...; an unknown one is an error listing them all")
     parser.add_argument("--refresh", action="store_true",
                         help="re-split the source of DIR/index.json with its settings")
     parser.add_argument("--force", action="store_true",
