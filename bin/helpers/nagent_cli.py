@@ -191,7 +191,7 @@ def argument_parser(**kwargs):
     import argparse
     from nagent_install import version_line
 
-    class Formatter(argparse.HelpFormatter):
+    class Formatter(kwargs.pop("formatter_class", argparse.HelpFormatter)):
         # argparse asks shutil for the width, and shutil imports bz2, lzma and fnmatch: every
         # command builds a formatter, only --help prints with it.
         def __init__(self, prog, **kwargs):
@@ -206,7 +206,7 @@ def argument_parser(**kwargs):
                 message = message[:-1]
             raise UsageError(message, "", f"see {self.prog} --help")
 
-    parser = Parser(**dict({"formatter_class": Formatter}, **kwargs))
+    parser = Parser(formatter_class=Formatter, **kwargs)
     parser.add_argument("--version", action="version", version=version_line(parser.prog),
                         help="print the version and exit")
     return parser

@@ -9,7 +9,8 @@ Data contract
   file_tools, shell, windows: `settings.loop.max_calls`, `settings.shell.timeout`, ...), files ((layer,
   path) read, highest first), sources ({key name: Source}), warnings (lines), environ (never
   printed). `settings.value(name)` / `settings.source(name)` look a setting up by its schema
-  name; `settings.provider_name` is the provider's name.
+  name; `settings.provider_name` is the provider's name. Settings and its sections are plain
+  frozen classes (not dataclasses: no start-up cost); `x._replace(field=value)` gives a copy.
 * Layers, first wins: command-line flags > the file NAGENT_CONFIG names > ~/.nagent/config.json >
   the row's default. Map rows (`providers`, `prices`) merge across the files entry by entry,
   objects key by key. A provider chosen by flag (other than the one the files choose) brings its
@@ -90,6 +91,12 @@ class _Plain:
     def __repr__(self):
         shown = ", ".join(f"{name}={getattr(self, name)!r}" for name, _, _, shown in self._members if shown)
         return f"{type(self).__name__}({shown})"
+
+    def _replace(self, **changes):
+        """A copy with `changes` (as namedtuple._replace and dataclasses.replace do)."""
+        values = {name: getattr(self, name) for name, _, _, _ in self._members}
+        values.update(changes)
+        return type(self)(**values)
 
     def __eq__(self, other):
         if type(other) is not type(self):

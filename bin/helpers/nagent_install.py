@@ -34,7 +34,7 @@ TOOLS = {
     "nagent-file-patch": "nagent_main_file_patch",
     "nagent-file-edit": "nagent_main_file_edit",
     "nagent-file-summarize": "nagent_main_file_summarize",
-    # nagent-mcp: add "nagent-mcp": "nagent_main_mcp" here and in pyproject.toml when it lands.
+    "nagent-mcp": "nagent_main_mcp",
 }
 
 HELPERS_DIR = os.path.dirname(os.path.realpath(__file__))

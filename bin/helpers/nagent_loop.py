@@ -309,7 +309,7 @@ def final_summary(run, spinner, reason):
     response = None
     try:
         limits = run.session.limits
-        run.session = replace(run.session, limits=replace(limits, max_calls=run.calls + 1))
+        run.session = replace(run.session, limits=limits._replace(max_calls=run.calls + 1))
         reply = next_reply(run, spinner, limits.max_continuations + 1)
         parsed = parse_response(reply.text, reply.stopped_at)
         if parsed.valid:
