@@ -207,7 +207,8 @@ def make_conversation(path, megabytes):
             put("result", f'<nagent-read-result path="src/part{turn}/handlers.py">\n{source}'
                           "</nagent-read-result>", {"action": "read"})
             totals = {"turns": turn, "input_tokens": turn * 9000, "output_tokens": turn * 300,
-                      "cache_read_tokens": turn * 8000, "cache_write_tokens": 1000}
+                      "cache_read_tokens": turn * 8000, "cache_write_tokens": 1000,
+                      "cost_usd": turn * 0.012}
             put("stats", encode_stats(totals, totals, prompts=1))
     return size, seq
 
@@ -222,8 +223,10 @@ def measure_status(table, runs=5, megabytes=STATUS_MB):
         size, records = make_conversation(os.path.join(conversations, "big"), megabytes)
         made = time.perf_counter() - started
         env = clean_environ()
-        env.update(HOME=home, NAGENT_CONFIG=os.path.join(root, "none.json"), NAGENT_NO_SPINNER="1",
-                   TMPDIR=root)
+        config = os.path.join(root, "config.json")   # NAGENT_CONFIG naming a missing file is an error
+        with open(config, "w", encoding="utf-8") as handle:
+            handle.write("{}\n")
+        env.update(HOME=home, NAGENT_CONFIG=config, NAGENT_NO_SPINNER="1", TMPDIR=root)
         argv = [sys.executable, os.path.join(REPO, "bin", "nagent"), "--status", "--conversation", "big"]
         times = []
         for _ in range(runs + 1):   # the first run warms the page cache and is not counted
