@@ -205,7 +205,8 @@ class InstalledLayoutTest(FakeVendorTestCase):
         context = text.split("</nagent-record>", 1)[0]
         self.assertIn("nagent-file-split", context)
         self.assertIn("structure-aware", context)
-        self.assertNotIn("python3 ", context.split("nagent-file-split", 1)[0][-200:])
+        listed = re.findall(r"(?m)^- (\S+) — ", context)
+        self.assertEqual(sorted(listed), sorted(TOOLS), "only the install's own tools, never its python or pip")
         # Shell actions find the installed tools on PATH, but not the venv's python first.
         shell = text.rsplit("<nagent-shell-result>", 1)[1].split("</nagent-shell-result>")[0]
         self.assertIn(os.path.join(scripts, "nagent-file-split"), shell)
