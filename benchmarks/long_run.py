@@ -13,7 +13,6 @@ Run: python3 benchmarks/long_run.py [--turns 60] [--runs 6] [--seed 7]
 `main(argv) -> rows` returns the table as dicts (tests and scripts can call it).
 """
 import argparse
-import json
 import os
 import random
 import shutil
