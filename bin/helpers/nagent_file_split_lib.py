@@ -258,7 +258,7 @@ def files_at_risk(directory, previous, source, records, force):
         if previous["source"] != source and not force:
             raise RefusedError("the output directory holds the split of another file", directory,
                                f"it splits {previous['source']}; choose another --output, or pass"
-                               " --force to replace it (edited segments are kept first)")
+                               " --force to replace it, keeping edited segments first")
     at_risk = []
     for name in sorted(set(listed) | set(new_hash)):
         digest = _digest_file(os.path.join(directory, name))
