@@ -1,6 +1,6 @@
 """Run every benchmark of the project and print one summary table (figure, value, target, verdict).
 
-Runs benchmarks/startup.py, turns.py, split_patch.py, parser.py and long_run.py through their
+Runs benchmarks/startup.py, turns.py, split_patch.py, parser.py, long_run.py and sandbox.py through their
 main() (a missing or failing one is reported and skipped), then its own measurement: `nagent
 --status` on a 50 MB conversation (generated with nagent_conversation.encode_record into a temp
 HOME; median of 5 runs). Each benchmark's own output is printed first, the table last as
@@ -167,12 +167,18 @@ def summarize_long_run(rows, _text, table):
                   "≥ 80%", windowed["steady_cache_share"] >= 0.8)
 
 
+def summarize_sandbox(rows, _text, table):
+    for row in rows or []:
+        table.add(row["label"], f"{row['median_ms']:.1f} ms")
+
+
 BENCHMARKS = (  # name, full argv, --quick argv, summary
     ("startup", [], ["--runs", "3"], summarize_startup),
     ("turns", [], ["openai"], summarize_turns),
     ("split_patch", [], ["--python-lines", "20000", "--text-mb", "2"], summarize_split_patch),
     ("parser", [], ["--cases", "5000"], summarize_parser),
     ("long_run", [], ["--turns", "12", "--runs", "2"], summarize_long_run),
+    ("sandbox", [], ["--runs", "5"], summarize_sandbox),
 )
 
 
@@ -248,7 +254,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller inputs, fewer runs")
     parser.add_argument("--only", nargs="+", metavar="NAME",
-                        help="run only these (startup turns split_patch parser long_run status)")
+                        help="run only these (startup turns split_patch parser long_run sandbox status)")
     args = parser.parse_args(argv)
     wanted = set(args.only or [name for name, *_ in BENCHMARKS] + ["status"])
     header = machine()

@@ -5,11 +5,14 @@ Data contract:
 - `early_exit(argv, prog, text)` returns True after printing `text` (one line) when argv asks
   for --description, or the version line when it asks for --version (before any "--"); tools
   call it before building argparse so both stay cheap.
-- `run_main(fn, argv)` calls `fn(argv) -> int`, turning NagentError into one stderr line
-  and its exit code, KeyboardInterrupt into 130, and any other exception (a bug) into one
+- `run_main(fn, argv)` first makes the process non-dumpable (nagent_secrets.make_undumpable:
+  its children cannot read its environment or memory), then calls `fn(argv) -> int`, turning
+  NagentError into one stderr line and its exit code, KeyboardInterrupt into 130, an exit
+  signal (SIGTERM 143, SIGHUP 129) into its code, and any other exception (a bug) into one
   "internal error" line and exit 1; NAGENT_DEBUG=1 shows the traceback instead.
 - `emit_json(data)` writes one JSON document to stdout (nothing else goes to stdout in
-  --json mode). `redact(text, secrets)` blanks out secret values in any text.
+  --json mode). `redact(text, secrets=None)` blanks out secret values in any text; without a
+  list, every secret nagent knows (nagent_secrets.known_secrets) is blanked.
 - `argument_parser(**kwargs)` is argparse whose usage errors raise UsageError (one line in the
   `Error: <what>: <value> (<fix>)` shape); every parser has --version.
 - `read_prompt(words, stdin)` returns (prompt text, source) for argv, piped stdin, or argv
@@ -24,7 +27,9 @@ import os
 import sys
 import time
 
-from nagent_errors import EXIT_CODES, InputError, NagentError, UsageError
+from nagent_errors import EXIT_CODES, ExitSignal, InputError, NagentError, UsageError
+from nagent_secrets import known_secrets, make_undumpable
+from nagent_secrets import redact as redact_values
 
 
 def early_exit(argv, prog, text):
@@ -45,25 +50,10 @@ def emit_json(data):
     sys.stdout.flush()
 
 
-def secret_values(environ=None):
-    """Values of provider key variables (and *_API_KEY/*_TOKEN) that are long enough to matter."""
-    environ = os.environ if environ is None else environ
-    found = []
-    for name, value in environ.items():
-        upper = name.upper()
-        if value and len(value) >= 6 and (upper.endswith("_API_KEY") or upper.endswith("_TOKEN")
-                                          or upper.endswith("_SECRET")):
-            found.append(value)
-    return sorted(set(found), key=len, reverse=True)
-
-
 def redact(text, secrets=None):
     if not text:
         return text
-    for value in secret_values() if secrets is None else secrets:
-        if value in text:
-            text = text.replace(value, "[redacted]")
-    return text
+    return redact_values(text, known_secrets() if secrets is None else secrets)
 
 
 def report_error(error):
@@ -74,6 +64,7 @@ def report_error(error):
 def run_main(fn, argv=None):
     """Run a tool's main body with the shared error convention. Returns the exit code."""
     argv = sys.argv[1:] if argv is None else list(argv)
+    make_undumpable()
     try:
         return fn(argv)
     except NagentError as error:
@@ -82,6 +73,9 @@ def run_main(fn, argv=None):
     except KeyboardInterrupt:
         sys.stderr.write("Error: interrupted\n")
         return EXIT_CODES["interrupted"]
+    except ExitSignal as stop:
+        sys.stderr.write(f"Error: ended by {stop.name}\n")
+        return stop.exit_code
     except BrokenPipeError:
         return EXIT_CODES["failure"]
     except Exception as error:  # a bug: still one line, unless NAGENT_DEBUG asks for the trace

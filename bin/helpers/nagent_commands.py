@@ -57,6 +57,8 @@ def run_prompt(options):
     if options.get("new") and os.path.exists(session.path):
         import nagent_conversation_lifecycle as lifecycle
         lifecycle.archive(session.path, reason="new")
+    for warning in session.warnings:
+        sys.stderr.write(f"warning: {warning}\n")
     outcome = run_agent_loop(session, prompt, source)
     # Keys the config names (e.g. "${CORP_KEY}") are not in the environment's *_API_KEY set
     # that report_error knows: blank the session's own list in everything printed.

@@ -30,12 +30,12 @@ import subprocess
 from nagent_fs import atomic_write, existing_mode
 from nagent_install import HELPERS_DIR, TOOLS, scripts_dir
 from nagent_paths import nagent_home, within
+from nagent_secrets import is_secret_name
 
 NO_DESCRIPTION = "(no description)"
 MAX_DESCRIPTION = 200
 MAX_WORKERS = 8
 CACHE_VERSION = 1
-SECRET_SUFFIXES = ("_API_KEY", "_TOKEN", "_SECRET")
 
 
 def install_bin_dir():
@@ -96,8 +96,7 @@ def clean_description(raw):
 def _child_environ():
     # A --description run needs no credentials, and relative PATH entries would resolve
     # against whatever directory we happen to be in.
-    env = {name: value for name, value in os.environ.items()
-           if not name.upper().endswith(SECRET_SUFFIXES)}
+    env = {name: value for name, value in os.environ.items() if not is_secret_name(name)}
     env["PATH"] = os.pathsep.join(part for part in env.get("PATH", "").split(os.pathsep)
                                   if os.path.isabs(part))
     return env

@@ -8,6 +8,8 @@ Every prompt, reply (valid or not), result, correction, provider error and inter
 appended as one record before anything else happens, so the file is always the whole truth
 and a killed run loses nothing it had accepted. A run that fails after its prompt was
 written appends a failed-run marker, so the next prompt never reads as part of it.
+Ctrl-C (130), SIGTERM (143) and SIGHUP (129) end the running shell command's process group
+and append an interrupt record naming them.
 - A reply cut off by the output limit is continued only while its text so far parses (valid,
   or invalid only because it is unfinished), at most `max_continuations` times; a stop at a
   stop sequence is a cut at the reply's end (nagent_protocol.parse_response `stopped_at`).
@@ -24,9 +26,10 @@ from nagent_accounting import TokenStats, add_child, status_line
 from nagent_actions import process_action
 from nagent_cli import Spinner
 from nagent_conversation import ConversationWriter, utc_now
-from nagent_errors import (EXIT_CODES, LimitError, NagentError, ProtocolFailure, ProviderError,
-                           UsageError)
+from nagent_errors import (EXIT_CODES, ExitSignal, LimitError, NagentError, ProtocolFailure,
+                           ProviderError, UsageError)
 from nagent_hooks import gate_response
+from nagent_procs import exit_signals
 from nagent_protocol import (clean_user_output, correction_text, kept_reply, parse_response,
                              stop_block)
 from nagent_requests import build_request
@@ -160,7 +163,8 @@ def next_reply(run, spinner, budget):
 
 
 def run_agent_loop(session, prompt, source="argv"):
-    with ConversationWriter(session.path, lock_timeout=session.limits.lock_timeout) as writer:
+    with ConversationWriter(session.path, lock_timeout=session.limits.lock_timeout) as writer, \
+            exit_signals():
         if prompt is None:
             prompt = retry_prompt(writer.records(), session.path)
         run = Run(session, writer)
@@ -169,6 +173,10 @@ def run_agent_loop(session, prompt, source="argv"):
         except KeyboardInterrupt:
             run.append("interrupt", "The user interrupted the previous run (Ctrl-C).")
             return outcome(run, None, EXIT_CODES["interrupted"], error={"error": "interrupted"})
+        except ExitSignal as stop:
+            # A running shell command's group (and a sub-agent's tree) was ended on the way out.
+            run.append("interrupt", f"The previous run was ended by {stop.name}.")
+            return outcome(run, None, stop.exit_code, error={"error": f"ended by {stop.name}"})
 
 
 def retry_prompt(records, path):

@@ -7,7 +7,8 @@ and `settings` the command's resolved nagent_config.Settings (resolved from the 
 flags when None).
 `Session` is frozen plain data: conversation path, settings, limits, write mode, the action
 context, a factory for the initial context, meta for a new conversation, the prompt-cache
-key and the secret values that must never be written anywhere.
+key, the secret values that must never be written anywhere, and start-up warnings (e.g. the
+sandbox working from $HOME), one line each.
 Every setting comes from the Settings fields (loop limits are `settings.loop`, the shell policy is
 built from `settings.shell`, sub-agent limits from `settings.agents`, file tool limits from
 `settings.file_tools`); nothing here reads config.
@@ -17,11 +18,11 @@ import os
 from dataclasses import dataclass, field
 from typing import Callable
 
-from nagent_cli import secret_values
-from nagent_config import api_key_for, expand_env_reference, resolve_settings
+from nagent_config import api_key_for, resolve_settings
 import nagent_conversation_layout as layout
-from nagent_errors import SetupError
 from nagent_fs import regular_file_stat
+import nagent_sandbox
+from nagent_secrets import key_names, secret_values
 from nagent_write_policy import WriteMode
 
 
@@ -38,6 +39,7 @@ class Session:
     secrets: tuple = ()
     pid: str = ""
     file_edit: dict | None = None
+    warnings: tuple = ()        # printed on stderr before the run
 
 
 def shell_policy(settings):
@@ -45,40 +47,9 @@ def shell_policy(settings):
     shell = settings.shell
     policy = ShellPolicy(timeout=shell.timeout, output_cap=shell.output_cap, approval=shell.approval,
                          sandbox=shell.sandbox, sandbox_network=shell.network,
-                         writable=shell.writable)
+                         writable=shell.writable, env=shell.env)
     check_policy(policy)
     return policy
-
-
-def require_sandbox(policy, environ):
-    """A bwrap sandbox that cannot start stops the run before any model call (exit 4), rather
-    than failing every shell action later."""
-    import shutil
-    if policy.sandbox == "bwrap" and not shutil.which("bwrap", path=environ.get("PATH", os.defpath)):
-        raise SetupError("bwrap not found", "shell_sandbox is bwrap",
-                         "install bubblewrap, e.g. apt-get install bubblewrap, or use --shell-sandbox none")
-
-
-def config_secrets(providers, environ):
-    """Key values the config's provider entries refer to (literal or ${VAR}), so redaction
-    covers them too. `providers` is settings.providers."""
-    found = []
-    for row in providers.values():
-        if row.api_key:
-            value = expand_env_reference(row.api_key, environ)
-            if isinstance(value, str) and len(value) >= 6:
-                found.append(value)
-    return found
-
-
-def secret_names(providers):
-    """Every variable a provider key may live in: the table's and the config's ${VAR} references."""
-    names = set()
-    for row in providers.values():
-        names.update(row.key_env)
-        if isinstance(row.api_key, str) and row.api_key.startswith("${") and row.api_key.endswith("}"):
-            names.add(row.api_key[2:-1])
-    return tuple(sorted(names))
 
 
 def check_conversation(options, environ):
@@ -169,19 +140,21 @@ def build_session(options, environ, cwd, settings=None):
     api_key_for(settings)
     require_sdk(settings.provider)
     policy, run_environ = shell_policy(settings), shell_environ(environ)
-    require_sandbox(policy, run_environ)
+    # A sandbox that cannot start (exit 4) or cannot protect nagent's own files (exit 10) stops
+    # the run here, before any model call, rather than failing every shell action later.
+    warnings = nagent_sandbox.prepare(policy, cwd, run_environ)
     path, mode, record, pid = resolve_conversation(options, environ)
     side_dir = layout.side_dir(path)
     depth = int(options.get("depth") or 0)
-    secrets = tuple(sorted(set(secret_values(environ)) | set(config_secrets(settings.providers, environ)),
-                           key=len, reverse=True))
+    rows = settings.providers.values()
+    secrets = secret_values(rows, environ)   # every key nagent knows: never written anywhere
     action_context = ActionContext(
         cwd=cwd, environ=run_environ, write_mode=mode, conversation=path, side_dir=side_dir,
         shell_policy=policy, settings=settings, pid=pid, depth=depth,
         max_depth=settings.agents.max_depth, agent_timeout=settings.agents.timeout,
         file_tool_timeout=settings.file_tools.timeout,
         file_tool_memory=settings.file_tools.memory_mb << 20,
-        secret_names=secret_names(settings.providers), secrets=secrets,
+        secret_names=key_names(rows), secrets=secrets,
     )
 
     def initial_context():
@@ -201,5 +174,5 @@ def build_session(options, environ, cwd, settings=None):
         path=path, settings=settings, limits=settings.loop, write_mode=mode,
         action_context=action_context, initial_context=initial_context, meta=meta,
         cache_key="nagent-" + hashlib.sha256(os.path.basename(path).encode()).hexdigest()[:24],
-        secrets=secrets, pid=pid, file_edit=record,
+        secrets=secrets, pid=pid, file_edit=record, warnings=warnings,
     )
