@@ -29,6 +29,9 @@ from fakes import FakeVendorTestCase
 from unprivileged import give_to_nobody, outside_dir, unprivileged_argv
 
 import nagent_conversation
+import nagent_sandbox
+from nagent_errors import RefusedError
+from nagent_shell import ShellPolicy
 
 HAVE_BWRAP = shutil.which("bwrap") is not None
 PROBE_HEAD = ('probe() { n=$1; shift; if "$@" >/dev/null 2>&1; then echo "$n=ok"; '
@@ -209,11 +212,9 @@ echo "state_listing=$(ls -A "$HOME/.nagent" | tr '\\n' ,)"
         self.assertFalse(os.path.exists(os.path.join(self.outside, "fake-bwrap-ran")))
 
     def test_unprotectable_layouts_are_refused_before_any_model_call(self):
-        missing = os.path.join(self.tmp, "missing-config.json")
         linked_home = os.path.join(self.tmp, "home-link")
         os.symlink(self.env["HOME"], linked_home)
-        cases = [({"NAGENT_CONFIG": missing}, None, missing),
-                 ({"HOME": linked_home}, None, linked_home)]
+        cases = [({"HOME": linked_home}, None, linked_home)]
         state = os.path.join(self.env["HOME"], ".nagent", "work")
         os.makedirs(state)
         cases.append(({}, state, os.path.join(self.env["HOME"], ".nagent")))
@@ -226,7 +227,18 @@ echo "state_listing=$(ls -A "$HOME/.nagent" | tr '\\n' ,)"
                 self.assertIn("cannot protect nagent's own files", proc.stderr)
         self.env = saved
         self.assertEqual(self.fake.requests, [])
-        self.assertFalse(os.path.exists(missing))
+
+    def test_config_file_that_could_be_created_is_refused(self):
+        # The config layer already refuses a NAGENT_CONFIG naming a missing file at start (exit
+        # 3); the sandbox checks again before every command, in case it was removed meanwhile.
+        missing = os.path.join(self.tmp, "missing-config.json")
+        os.makedirs(os.path.join(self.env["HOME"], ".nagent"), exist_ok=True)
+        policy = ShellPolicy(sandbox="bwrap")
+        with self.assertRaises(RefusedError) as caught:
+            nagent_sandbox.plan(self.cwd, policy, dict(self.env, NAGENT_CONFIG=missing))
+        self.assertEqual(caught.exception.value, missing)
+        self.assertIn("could create it", caught.exception.fix)
+        nagent_sandbox.plan(self.cwd, policy, self.env)   # the existing one is fine
 
 
 class SocketsAndKeys(SandboxCase):

@@ -13,8 +13,9 @@ Data contract:
   names hold in `environ`, plus every literal `api_key` of a row. Values shorter than
   MIN_SECRET_LEN are left out (blanking "abc" everywhere would only destroy output).
 - `redact(text, values)` -> text with each value replaced by REDACTED (longest first).
-- `known_secrets(environ)` -> secret_values for the config files nagent would load; for error
-  reporters that hold no session. A config that cannot be read falls back to the environment.
+- `known_secrets(environ)` -> secret_values for the providers the config files define; for
+  error reporters that hold no session. A config that cannot be read falls back to the
+  provider table and the environment.
 - `make_undumpable()` sets PR_SET_DUMPABLE to 0 for this process (as ssh-agent does): a child
   running as the same non-root user can then read neither /proc/<nagent>/environ nor its
   memory, nor attach a debugger. Returns True when it took effect; never raises.
@@ -23,8 +24,6 @@ files on disk, and output a command transformed (base64, rev): redaction is the 
 defence, not the first.
 """
 import os
-
-from nagent_errors import NagentError
 
 SECRET_SUFFIXES = ("_API_KEY", "_TOKEN", "_SECRET", "_PASSWORD", "_ACCESS_KEY", "_SECRET_KEY")
 MIN_SECRET_LEN = 6
@@ -81,11 +80,11 @@ def known_secrets(environ=None):
     environ = os.environ if environ is None else environ
     # Imported here, not at the top: every tool imports this module at start-up (through
     # nagent_cli), and only an error report needs the config.
-    from nagent_config import load_config
-    from nagent_providers import BUILTIN_PROVIDERS, all_rows
+    from nagent_config import resolve_settings
+    from nagent_providers import BUILTIN_PROVIDERS
     try:
-        rows = all_rows(load_config(environ)).values()
-    except (NagentError, OSError):
+        rows = resolve_settings({}, environ).providers.values()
+    except Exception:  # noqa: BLE001 - a report must not fail; the config may be what failed
         rows = BUILTIN_PROVIDERS
     return secret_values(rows, environ)
 
