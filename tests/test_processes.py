@@ -42,14 +42,14 @@ class SubAgentTimeout(NagentRunCase):
     CONFIG = dict(NagentRunCase.CONFIG, agent_timeout=4)
 
     def test_timed_out_child_tree_ends_and_tokens_count(self):
-        late = os.path.join(self.cwd, "late.txt")
-
+        late, begun = os.path.join(self.cwd, "late.txt"), os.path.join(self.cwd, "begun.txt")
         parent_calls = []
 
         def reply(record):
             # By conversation, not by arrival order: the child's call may come late.
             if "delegate it" not in json.dumps(record.get("json")):
-                return ReplySpec(f"<nagent-shell>\nsleep 7.371; echo late > {late}\n</nagent-shell>",
+                return ReplySpec(f"<nagent-shell>\ndate +%s.%N > {begun}; sleep 5.371; "
+                                 f"echo late > {late}\n</nagent-shell>",
                                  usage=CHILD_USAGE)
             parent_calls.append(record)
             if len(parent_calls) > 1:
@@ -57,12 +57,11 @@ class SubAgentTimeout(NagentRunCase):
             return ReplySpec("<nagent-agent>\nslow task\n</nagent-agent>", usage=USAGE)
 
         self.fake.reply_fn(reply)
-        started = time.monotonic()
         proc = self.nagent("--json", "--pid", "4242", "delegate it")
         data = self.json_of(proc)
         self.assertEqual(proc.returncode, 0, proc.stderr)
         self.assertEqual(data["response"], "parent done")
-        self.assertEqual(sleepers("7.371"), [])          # nothing left in the process table
+        self.assertEqual(sleepers("5.371"), [])          # nothing left in the process table
         self.assertEqual(data["totals"]["input_tokens"], 7200)   # the child's call counts
         self.assertEqual(data["totals"]["output_tokens"], 90)
         results = self.kinds(self.default_path("4242"), "result")
@@ -74,7 +73,8 @@ class SubAgentTimeout(NagentRunCase):
         child = self.records(self.named_path(name))
         self.assertEqual(child[-1].kind, "interrupt")
         self.assertIn("SIGTERM", child[-1].body)
-        time.sleep(max(0.0, started + 7.371 + 0.3 - time.monotonic()))
+        with open(begun) as handle:   # when the sleep began (wall clock): wait past its end
+            time.sleep(max(0.0, float(handle.read()) + 5.371 + 0.3 - time.time()))
         self.assertFalse(os.path.exists(late))
 
 
@@ -84,17 +84,16 @@ class ExitSignals(NagentRunCase):
         self.fake.reply(f"<nagent-shell>\nsleep {marker}; echo late > {late}\n</nagent-shell>")
         proc = self.start_nagent("--conversation", f"sig-{signum}", "wait")
         self.addCleanup(lambda: proc.poll() is None and proc.kill())
-        started = time.monotonic()
         self.assertTrue(wait_for(lambda: sleepers(marker)), "the shell command never started")
+        started = time.monotonic()   # the sleep is running from here at the latest
         proc.send_signal(signum)
         out, err = proc.communicate(timeout=30)
         self.assertEqual(sleepers(marker), [])
         return proc.returncode, err, late, started
 
     def test_sigterm_and_sighup_end_the_shell_group_and_are_recorded(self):
-        started = time.monotonic()
-        for signum, code, name, marker in ((signal.SIGTERM, 143, "SIGTERM", "5.417"),
-                                            (signal.SIGHUP, 129, "SIGHUP", "5.418")):
+        for signum, code, name, marker in ((signal.SIGTERM, 143, "SIGTERM", "2.417"),
+                                            (signal.SIGHUP, 129, "SIGHUP", "2.418")):
             with self.subTest(signal=name):
                 returncode, err, late, started = self.run_and_signal(signum, marker)
                 self.assertEqual(returncode, code, err)
@@ -103,7 +102,7 @@ class ExitSignals(NagentRunCase):
                 records = self.records(self.named_path(f"sig-{signum}"))
                 self.assertEqual(records[-1].kind, "interrupt")
                 self.assertIn(f"ended by {name}", records[-1].body)
-        time.sleep(max(0.0, started + 5.418 + 0.5 - time.monotonic()))
+        time.sleep(max(0.0, started + 2.418 + 0.3 - time.monotonic()))   # the later sleep's end
         self.assertEqual([f for f in os.listdir(self.cwd) if f.startswith("late-")], [])
 
 
