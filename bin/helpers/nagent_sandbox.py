@@ -45,8 +45,9 @@ import stat
 import sys
 from dataclasses import dataclass
 
+from nagent_config import config_layers
 from nagent_discovery import install_bin_dir
-from nagent_errors import RefusedError, SetupError
+from nagent_errors import ConfigError, RefusedError, SetupError
 from nagent_paths import home_dir, nagent_home, within, within_any
 from nagent_secrets import is_secret_name
 from nagent_write_policy import temp_roots
@@ -142,12 +143,12 @@ def lookup_steps(path):
 
 
 def config_locations(environ):
-    """The config files nagent_config reads, existing or not (~/.nagent/config.json, then
-    NAGENT_CONFIG). nagent_config.config_files lists only the existing ones."""
-    found = [os.path.join(nagent_home(environ), "config.json")]
-    if environ.get("NAGENT_CONFIG"):
-        found.append(os.path.abspath(environ["NAGENT_CONFIG"]))
-    return found
+    """The config files nagent reads (nagent_config.config_layers), or, when NAGENT_CONFIG
+    names no file yet, that path: a sandboxed command could create it."""
+    try:
+        return [path for _label, path in config_layers(environ)]
+    except ConfigError:
+        return [os.path.abspath(environ["NAGENT_CONFIG"])]
 
 
 def code_locations(environ):
