@@ -13,7 +13,6 @@ Run: python3 benchmarks/long_run.py [--turns 60] [--runs 6] [--seed 7]
 `main(argv) -> rows` returns the table as dicts (tests and scripts can call it).
 """
 import argparse
-import json
 import os
 import random
 import shutil
@@ -100,19 +99,20 @@ def window_chain(path):
     """Archived windows (oldest first) then the current file, from its last stats record."""
     import nagent_conversation
     import nagent_conversation_tail
-    stats = nagent_conversation_tail.last_stats(nagent_conversation.read_records(path)) or {}
-    return list(stats.get("windows") or []) + [path]
+    stats = nagent_conversation_tail.last_stats(nagent_conversation.read_records(path))
+    return nagent_conversation_tail.window_chain(stats) + [path]
 
 
 def call_usage(chain):
     """[(window index, last_call dict)] in call order, from every window's stats records."""
     import nagent_conversation
+    from nagent_stats_format import decode_stats
     calls = []
     for number, path in enumerate(chain):
         for record in nagent_conversation.read_records(path):
             if record.kind != "stats":
                 continue
-            data = json.loads(record.body)
+            data = decode_stats(record.body) or {}
             if data.get("last_call"):
                 calls.append((number, data["last_call"]))
     return calls

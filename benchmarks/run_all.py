@@ -1,9 +1,9 @@
 """Run every benchmark of the project and print one summary table (figure, value, target, verdict).
 
-Runs benchmarks/startup.py, turns.py, split_patch.py, parser.py, long_run.py and
+Runs benchmarks/startup.py, turns.py, split_patch.py, parser.py, long_run.py, sandbox.py and
 first_answer.py through their main() (a missing or failing one is reported and skipped), then
-its own measurement: `nagent --status` on a 50 MB conversation (generated with nagent_conversation.encode_record into a temp
-HOME; median of 5 runs). Each benchmark's own output is printed first, the table last as
+its own measurement: `nagent --status` on a 50 MB conversation (generated with
+nagent_conversation.encode_record into a temp HOME; median of 5 runs). Each benchmark's own output is printed first, the table last as
 Markdown, under a line naming the machine it ran on. Prints figures; asserts nothing.
 
 Run: python3 benchmarks/run_all.py [--quick] [--only NAME ...]
@@ -168,6 +168,11 @@ def summarize_long_run(rows, _text, table):
                   "≥ 80%", windowed["steady_cache_share"] >= 0.8)
 
 
+def summarize_sandbox(rows, _text, table):
+    for row in rows or []:
+        table.add(row["label"], f"{row['median_ms']:.1f} ms")
+
+
 def summarize_first_answer(rows, _text, table):
     for row in rows:
         name = row["provider"]
@@ -189,6 +194,7 @@ BENCHMARKS = (  # name, full argv, --quick argv, summary
     ("split_patch", [], ["--python-lines", "20000", "--text-mb", "2"], summarize_split_patch),
     ("parser", [], ["--cases", "5000"], summarize_parser),
     ("long_run", [], ["--turns", "12", "--runs", "2"], summarize_long_run),
+    ("sandbox", [], ["--runs", "5"], summarize_sandbox),
     ("first_answer", [], ["--runs", "2", "openai"], summarize_first_answer),
 )
 
@@ -199,6 +205,7 @@ def make_conversation(path, megabytes):
     """A realistic-looking conversation of about `megabytes` MB: turns of reply, shell result,
     file read result and stats, written with the real record encoder."""
     from nagent_conversation import encode_record
+    from nagent_stats_format import encode_stats
     stamp = "2026-11-22T00:00:00Z"
     seq, size, turn = 0, 0, 0
     listing = "".join(f"-rw-r--r-- 1 user user {n * 37:6d} Nov 22 00:00 file_{n:04d}.py\n" for n in range(60))
@@ -223,8 +230,9 @@ def make_conversation(path, megabytes):
             put("result", f'<nagent-read-result path="src/part{turn}/handlers.py">\n{source}'
                           "</nagent-read-result>", {"action": "read"})
             totals = {"turns": turn, "input_tokens": turn * 9000, "output_tokens": turn * 300,
-                      "cache_read_tokens": turn * 8000, "cache_write_tokens": 1000}
-            put("stats", json.dumps({"conversation": totals, "run": totals, "windows": []}, sort_keys=True))
+                      "cache_read_tokens": turn * 8000, "cache_write_tokens": 1000,
+                      "cost_usd": turn * 0.012}
+            put("stats", encode_stats(totals, totals, prompts=1))
     return size, seq
 
 
@@ -238,8 +246,10 @@ def measure_status(table, runs=5, megabytes=STATUS_MB):
         size, records = make_conversation(os.path.join(conversations, "big"), megabytes)
         made = time.perf_counter() - started
         env = clean_environ()
-        env.update(HOME=home, NAGENT_CONFIG=os.path.join(root, "none.json"), NAGENT_NO_SPINNER="1",
-                   TMPDIR=root)
+        config = os.path.join(root, "config.json")   # NAGENT_CONFIG naming a missing file is an error
+        with open(config, "w", encoding="utf-8") as handle:
+            handle.write("{}\n")
+        env.update(HOME=home, NAGENT_CONFIG=config, NAGENT_NO_SPINNER="1", TMPDIR=root)
         argv = [sys.executable, os.path.join(REPO, "bin", "nagent"), "--status", "--conversation", "big"]
         times = []
         for _ in range(runs + 1):   # the first run warms the page cache and is not counted
@@ -261,7 +271,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller inputs, fewer runs")
     parser.add_argument("--only", nargs="+", metavar="NAME",
-                        help="run only these (startup turns split_patch parser long_run "
+                        help="run only these (startup turns split_patch parser long_run sandbox "
                              "first_answer status)")
     args = parser.parse_args(argv)
     wanted = set(args.only or [name for name, *_ in BENCHMARKS] + ["status"])

@@ -16,6 +16,7 @@ from fakes import LOOKBACK, MAX_BREAKPOINTS, FakeVendorTestCase
 from nagent_config import resolve_settings
 from nagent_conversation import Record, read_records
 from nagent_requests import build_request
+from nagent_stats_format import decode_stats
 
 STATIC = "<initial_context>\n" + "Static rules of the nagent protocol. " * 40
 SESSION = "cwd: /work\n</initial_context>"
@@ -156,7 +157,7 @@ class InProcessCase(FakeVendorTestCase):
         out = []
         for record in read_records(path):
             if record.kind == "stats":
-                data = json.loads(record.body)
+                data = decode_stats(record.body)
                 if data.get("last_call"):
                     out.append(data["last_call"])
         return out
@@ -205,7 +206,7 @@ class AnthropicCacheTest(InProcessCase):
         shown = json.loads(status.stdout)
         self.assertEqual(shown["totals"]["cache_read_tokens"], totals.cache_read_tokens)
         self.assertAlmostEqual(shown["totals"]["cost_usd"], totals.cost_usd, places=5)
-        self.assertEqual(shown["last_run"]["turns"], 1)
+        self.assertEqual(shown["last_run"]["calls"], 1)
         text = self.run_tool("nagent", "--status", "--conversation", "t").stdout
         self.assertIn(f"cache read {totals.cache_read_tokens} ", text)
         self.assertIn(f"cost: ${totals.cost_usd:.4f}", text)

@@ -91,7 +91,7 @@ class LlmTextTest(FakeVendorTestCase):
         self.assertCleanError(proc, 4, "OPENAI_API_KEY")
         self.fake.fault(401, times=1)
         proc = self.run_tool("nagent-llm-text", "--file", "q.txt")
-        self.assertCleanError(proc, 5, "check the API key")
+        self.assertCleanError(proc, 5, "OPENAI_API_KEY rejected by openai with HTTP 401")
         self.assertNotIn("test-openai-key", proc.stderr + proc.stdout)
         with open(self.config_path, "w") as handle:
             handle.write("[1, 2")

@@ -332,7 +332,7 @@ class TailSummaryTest(HermeticTestCase):
     def test_missing_empty_and_no_stats(self):
         path = os.path.join(self.cwd, "c")
         empty = {"path": path, "size": 0, "records": 0, "last_seq": 0, "stats": None,
-                 "last_time": None}
+                 "last_time": None, "prompts_after": 0}
         self.assertEqual(read_tail_summary(path), empty)
         self.write_file("c", "")
         self.assertEqual(read_tail_summary(path), empty)
@@ -353,25 +353,27 @@ class TailSummaryTest(HermeticTestCase):
             for _ in range(48):
                 handle.write(encode_record(seq, "result", block, {"action": "read"}, T))
                 seq += 1
-            handle.write(encode_record(seq, "stats", json.dumps({"cost": 2, "in": 5}), time=T))
+            handle.write(encode_record(seq, "stats", json.dumps({"run": {"input_tokens": 5}}), time=T))
             handle.write(encode_record(seq + 1, "reply", block[:100], time="2026-11-22T09:00:00Z"))
             handle.write(encode_record(seq + 2, "result", "torn")[:30])
         size = os.path.getsize(path)
         self.assertGreater(size, 50 * 1000 * 1000)
-        self.assertEqual(read_tail_summary(path), {
+        summary = read_tail_summary(path)
+        self.assertEqual(summary["stats"]["run"]["input_tokens"], 5)
+        self.assertEqual(dict(summary, stats=None), {
             "path": path, "size": size, "records": seq + 1, "last_seq": seq + 1,
-            "stats": {"cost": 2, "in": 5}, "last_time": "2026-11-22T09:00:00Z"})
+            "stats": None, "last_time": "2026-11-22T09:00:00Z", "prompts_after": 0})
 
     def test_last_record_is_stats_and_bad_stats_skipped(self):
         path = os.path.join(self.cwd, "c")
         with ConversationWriter(path) as writer:
-            writer.append("stats", '{"cost": 1}')
+            writer.append("stats", '{"run": {"input_tokens": 1}}')
             writer.append("prompt", "p")
             writer.append("stats", "not json")
-            writer.append("stats", '{"cost": 3}')
-        self.assertEqual(read_tail_summary(path)["stats"], {"cost": 3})
-        self.assertEqual(last_stats(read_records(path)), {"cost": 3})
-        self.assertEqual(last_stats(read_records(path)[:3]), {"cost": 1})
+            writer.append("stats", '{"run": {"input_tokens": 3}}')
+        self.assertEqual(read_tail_summary(path)["stats"]["run"]["input_tokens"], 3)
+        self.assertEqual(last_stats(read_records(path))["run"]["input_tokens"], 3)
+        self.assertEqual(last_stats(read_records(path)[:3])["run"]["input_tokens"], 1)
         self.assertIsNone(last_stats([Record(1, "prompt", "{}")]))
 
 

@@ -197,13 +197,15 @@ class LifecycleTest(HermeticTestCase):
             writer.append("system", "correction")
             writer.append("prompt", "p2", {"source": "next"})
             writer.append("reply", "r3")
+            writer.append("prompt", "p3", {"source": "stdin"})
+            writer.append("reply", "r4")
         with open(source, "ab") as handle:
             handle.write(b"a hand note\n")
         original = read_records(source)
         target = os.path.join(self.folder, "dst")
-        expected = {1: ["ctx", "p1", "r1", "res1"], 2: ["ctx", "p1", "r1", "res1", "r2",
-                                                        "correction"],
-                    3: [r.body for r in original], None: [r.body for r in original]}
+        # A turn is a user prompt and what followed it: the "next" continuation stays in turn 1.
+        expected = {1: ["ctx", "p1", "r1", "res1", "r2", "correction", "p2", "r3"],
+                    2: [r.body for r in original], None: [r.body for r in original]}
         for number, (turn, bodies) in enumerate(expected.items()):
             archived = life.branch(source, target, turn)
             self.assertEqual(archived is None, number == 0)
@@ -216,7 +218,7 @@ class LifecycleTest(HermeticTestCase):
                 self.assertEqual((record.kind, record.attrs, record.time),
                                  (by_body[record.body].kind, by_body[record.body].attrs,
                                   by_body[record.body].time))
-        self.assertEqual(len(self.archived()), 3)  # each replaced branch was archived
+        self.assertEqual(len(self.archived()), 2)  # each replaced branch was archived
         for bad in (0, 4, -1, True):
             with self.assertRaises(UsageError):
                 life.branch(source, target, bad)

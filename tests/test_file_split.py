@@ -59,21 +59,25 @@ def encode(lines, ending, rng):
 
 
 class SplitAssertions:
-    def assertRangesCover(self, data, ranges, starts):
-        """Segments tile the file in order, cut only at line starts, none empty."""
-        lines = len(starts) - 1
+    def assertRangesCover(self, data, segments, target):
+        """Segments tile the file in order, none empty, none over the bound; a cut falls at a
+        line start unless both sides say it is inside a line (and never inside a character)."""
         if not data:
-            self.assertEqual(ranges, [(0, 0)])
+            self.assertEqual([segment[:2] for segment in segments], [(0, 0)])
             return
-        self.assertEqual(ranges[0][0], 0)
-        self.assertEqual(ranges[-1][1], lines)
-        for (lo, hi), (next_lo, _) in zip(ranges, ranges[1:]):
-            self.assertEqual(hi, next_lo)
-        for lo, hi in ranges:
-            self.assertLess(lo, hi)
-            if lo:
-                self.assertEqual(data[starts[lo] - 1:starts[lo]], b"\n")
-        self.assertEqual(b"".join(data[starts[lo]:starts[hi]] for lo, hi in ranges), data)
+        self.assertEqual(segments[0][0], 0)
+        self.assertEqual(segments[-1][1], len(data))
+        bound = max(target, split_lib.READ_SPLIT_THRESHOLD_BYTES)
+        for before, after in zip(segments, segments[1:]):
+            self.assertEqual(before[1], after[0])
+            at_line_start = data[after[0] - 1:after[0]] == b"\n"
+            self.assertEqual(not at_line_start, after[3])
+            self.assertEqual(not at_line_start, before[4] is not None)
+            self.assertNotEqual(data[after[0]] & 0xC0, 0x80)
+        for start, end, *_ in segments:
+            self.assertLess(start, end)
+            self.assertLessEqual(end - start, bound)
+        self.assertEqual(b"".join(data[start:end] for start, end, *_ in segments), data)
 
     def assertIndexMatches(self, data, index, directory):
         """The index describes the files on disk and they concatenate to the source."""
@@ -107,11 +111,10 @@ class RoundTripTest(SplitAssertions, HermeticTestCase):
                     lines = generated_lines(language, rng, rng.randint(1, 160))
                     data = encode(lines, ending, rng)
                     with self.subTest(language=language, ending=ending, target=target):
-                        text = split_lib.decode_text(data, "generated")
-                        ranges, starts = split_lib.plan_segments(data, text, split_type, target)
-                        self.assertRangesCover(data, ranges, starts)
+                        segments = split_lib.plan_segments(data, split_type, target)
+                        self.assertRangesCover(data, segments, target)
                         if target >= len(data):
-                            self.assertEqual(len(ranges), 1)
+                            self.assertEqual(len(segments), 1)
 
     def test_random_syntax_soup_never_breaks_the_tiling(self):
         rng = random.Random(7)
@@ -120,11 +123,10 @@ class RoundTripTest(SplitAssertions, HermeticTestCase):
         for split_type in split_lib.split_types():
             for _ in range(12):
                 data = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 1500))).encode()
-                text = split_lib.decode_text(data, "soup")
                 target = rng.choice((1, 40, 300))
                 with self.subTest(split_type=split_type):
-                    ranges, starts = split_lib.plan_segments(data, text, split_type, target)
-                    self.assertRangesCover(data, ranges, starts)
+                    segments = split_lib.plan_segments(data, split_type, target)
+                    self.assertRangesCover(data, segments, target)
 
     def test_written_segments_reproduce_every_line_ending_case(self):
         rng = random.Random(3)
@@ -223,13 +225,14 @@ class GoldenSplitTest(HermeticTestCase):
     def describe(self, path, target):
         with open(path, "rb") as handle:
             data = handle.read()
-        text = data.decode("utf-8")
-        split_type = split_lib.detect_split_type(path)
-        ranges, starts = split_lib.plan_segments(data, text, split_type, target)
-        lines = text.split("\n")
-        return split_type, [{"first_line": lo + 1, "last_line": hi,
-                             "bytes": starts[hi] - starts[lo], "first_text": lines[lo]}
-                            for lo, hi in ranges]
+        split_type = split_lib.detect_split_type(path, None, data)
+        segments = split_lib.plan_segments(data, split_type, target)
+        records = split_lib.segment_records(data, segments, [""] * len(segments))
+        return split_type, [{"first_line": record["first_line"], "last_line": record["last_line"],
+                             "bytes": record["bytes"],
+                             "first_text": data[record["start_byte"]:data.find(
+                                 b"\n", record["start_byte"])].decode("utf-8")}
+                            for record in records]
 
     def test_golden_splits(self):
         inputs = golden_inputs()
@@ -381,7 +384,8 @@ class SplitCliTest(SplitAssertions, HermeticTestCase):
         proc = self.run_tool("nagent-file-split", "--output", "out", "--refresh", "--json")
         self.assertEqual(proc.returncode, 0, proc.stderr)
         data = json.loads(proc.stdout)
-        self.assertEqual((data["target_bytes"], len(data["segments"])), (13, 4))
+        # Each heading keeps its first paragraph (an opening never stands alone).
+        self.assertEqual((data["target_bytes"], len(data["segments"])), (13, 3))
         with open(source, "rb") as handle:
             self.assertIndexMatches(handle.read(), data, "out")
 

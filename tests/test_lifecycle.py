@@ -132,13 +132,13 @@ class LifecycleCommandsTest(NagentRunCase):
         self.assertEqual(data["conversation"], self.path)
         self.assertTrue(data["exists"])
         self.assertEqual(data["size"], os.path.getsize(self.path))
-        self.assertEqual(data["turns"], 2)
+        self.assertEqual((data["model_calls"], data["prompts"]), (2, None))  # an older-format record
         self.assertEqual(data["totals"]["cache_read_tokens"], 200)
         self.assertEqual(data["totals"]["input_tokens"], 500)
         text = self.nagent("--status")
         self.assertEqual(text.returncode, 0, text.stderr)
         self.assertIn(self.path, text.stdout)
-        self.assertIn("turns: 2", text.stdout)
+        self.assertIn("model calls: 2", text.stdout)
         self.assertIn("cache read 200 (40%)", text.stdout)
 
     def test_clear_archives_instead_of_destroying(self):
@@ -172,17 +172,22 @@ class LifecycleCommandsTest(NagentRunCase):
 
     def test_branch_with_and_without_turn(self):
         self.write_conversation(self.named_path("source"), "branch me")
+        with ConversationWriter(self.named_path("source")) as writer:
+            writer.append("prompt", "second question", {"source": "argv"})
+            writer.append("reply", "<nagent-response>second</nagent-response>", {"valid": "true"})
         data = self.json_of(self.nagent("--branch-conversation", "source", "--turn", "1", "--json"))
         self.assertEqual(data["conversation"], self.path)
         self.assertIsNotNone(data["archived"])
         records = self.records(self.path)
-        self.assertEqual([r.kind for r in records], ["context", "context", "prompt", "reply", "result"])
-        self.assertEqual([r.seq for r in records], [1, 2, 3, 4, 5])
+        # Turn 1: the first user prompt and everything up to the second one.
+        self.assertEqual([r.kind for r in records],
+                         ["context", "context", "prompt", "reply", "result", "reply", "stats"])
+        self.assertEqual([r.seq for r in records], [1, 2, 3, 4, 5, 6, 7])
         self.assertEqual(records[2].body, "branch me")
         self.assertTrue(os.path.exists(self.named_path("source")))
         whole = self.nagent("--branch-conversation")  # from the current one
         self.assertEqual(whole.returncode, 0, whole.stderr)
-        self.assertEqual(len(self.records(self.path)), 5)
+        self.assertEqual(len(self.records(self.path)), 7)
         self.assertOneError(self.nagent("--branch-conversation", "source", "--turn", "9"), 2, "no such turn")
 
     def test_list_conversations_text_and_json(self):
@@ -199,7 +204,7 @@ class LifecycleCommandsTest(NagentRunCase):
         text = self.nagent("--list-conversations")
         self.assertEqual(text.returncode, 0, text.stderr)
         self.assertIn("named-one", text.stdout)
-        self.assertIn("'named question'", text.stdout)
+        self.assertIn("named question", text.stdout)
 
     def test_summarize_and_list_models_call_the_provider(self):
         self.fake.reply("The user asked a first question; the shell said hi.")

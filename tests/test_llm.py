@@ -214,7 +214,7 @@ class ProviderCallsTest(FakeVendorTestCase):
             self.generate("anthropic")
         line = caught.exception.line()
         self.assertIn("401", line)
-        self.assertIn("check the API key", line)
+        self.assertIn("ANTHROPIC_API_KEY rejected", line)
         self.assertNotIn("test-anthropic-key", line)
 
     def test_estimates_when_no_usage_reported(self):

@@ -39,7 +39,7 @@ class SubAgentTest(NagentRunCase):
 
         parent = self.default_path("4242")
         result = [r for r in self.records(parent) if r.kind == "result"][0]
-        match = re.search(r'conversation="(agent-[0-9a-f]{12}-(\d+))"', result.body)
+        match = re.search(r'conversation="(agent-[0-9a-f]{32}-(4242))"', result.body)
         self.assertIsNotNone(match, result.body)
         self.assertIn('tokens_in="200"', result.body)
         self.assertIn('tokens_out="20"', result.body)

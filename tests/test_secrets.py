@@ -9,12 +9,16 @@ nagent-llm-upload, once fine and once failing the same way. Afterwards no file u
 temp dir (HOME, TMPDIR, cwd, config), no stdout or stderr, and no request the fake model
 received contains any marker.
 """
+import base64
 import json
 import os
+import subprocess
+import sys
 import uuid
 
-from base import HermeticTestCase
+from base import BIN, HermeticTestCase
 from fakes import FakeVendorTestCase
+from unprivileged import give_to_nobody, unprivileged_argv
 
 import nagent_conversation
 import nagent_shell
@@ -148,3 +152,88 @@ class StreamRedactionTest(HermeticTestCase):
         nagent_shell._redact_file(clean, (secret,), chunk_size=4)
         self.assertEqual(os.stat(clean).st_ino, before)   # untouched when nothing matched
         self.assertEqual(sorted(os.listdir(self.tmp)).count("clean.redacted"), 0)
+
+
+class KeyEnvRedactionTest(FakeVendorTestCase):
+    """Issue 10 item 2: a key held in a variable that only `providers.NAME.api_key_env` names
+    (no *_API_KEY suffix) is redacted everywhere, like every other key nagent knows."""
+
+    def setUp(self):
+        super().setUp()
+        self.key = marker("keyenv")
+        self.env["CORPKEYVALUE"] = self.key
+        self.write_config({
+            "provider": "corp", "retry": {"base_delay": 0, "max_delay": 0, "max_attempts": 1},
+            "providers": {"corp": {"base_url": self.fake.url + "/v1", "api_key_env": "CORPKEYVALUE",
+                                   "model": "corp-model"}}})
+        self.write_file("notes.txt", f"the key is {self.key}\n")
+
+    def leaks(self, texts):
+        found = [label for label, text in texts if self.key in text]
+        for root, _dirs, files in os.walk(self.tmp):
+            for name in files:
+                path = os.path.join(root, name)
+                if path == os.path.join(self.cwd, "notes.txt") or os.path.islink(path):
+                    continue
+                with open(path, "rb") as handle:
+                    if self.key.encode() in handle.read():
+                        found.append(path)
+        for record in self.fake.requests:
+            if self.key in json.dumps(record.get("json"), default=str):
+                found.append(f"request {record['path']}")
+        return found
+
+    def test_api_key_env_value_appears_nowhere(self):
+        self.fake.reply("\n".join([
+            "<nagent-shell>\ncat notes.txt\n</nagent-shell>",
+            '<nagent-read path="notes.txt"/>',
+            "<nagent-shell>\ntr '\\0' '\\n' < /proc/$PPID/environ | grep CORPKEY || true\n</nagent-shell>",
+        ]))
+        self.fake.fault(401, body={"error": {"message": f"bad key {self.key}", "type": "x",
+                                             "param": None, "code": "invalid_api_key"}})
+        proc = self.run_tool("nagent", "--conversation", "keyenv", "look")
+        self.assertEqual(proc.returncode, 5, proc.stderr)
+        self.assertIn(self.key, self.fake.seen_keys)   # the key was really used
+        path = os.path.join(self.home, ".nagent", "conversations", "keyenv")
+        results = [r.body for r in nagent_conversation.read_records(path) if r.kind == "result"]
+        self.assertIn("the key is [redacted]", results[0])
+        # Another tool's error line (not the loop's) is redacted the same way.
+        self.fake.fault(401, body={"error": {"message": f"bad key {self.key}", "type": "x",
+                                             "param": None, "code": "invalid_api_key"}})
+        question = self.write_file(os.path.join(self.tmp, "question.txt"), "hello\n")
+        text = self.run_tool("nagent-llm-text", "--file", question)
+        self.assertNotEqual(text.returncode, 0)
+        self.assertEqual(self.leaks([("nagent stdout", proc.stdout), ("nagent stderr", proc.stderr),
+                                     ("llm-text stdout", text.stdout), ("llm-text stderr", text.stderr)]),
+                         [])
+
+
+class UndumpableTest(FakeVendorTestCase):
+    """Issue 10 item 2: nagent, run as an unprivileged user, is not dumpable, so its own shell
+    commands (same user) cannot read its environment through /proc/$PPID/environ, not even
+    encoded past the redaction (root still can: the README says so)."""
+
+    def test_shell_cannot_read_nagent_environ(self):
+        key = marker("environ")
+        self.env["OPENAI_API_KEY"] = key
+        self.write_config({"provider": "openai", "retry": {"base_delay": 0, "max_delay": 0}})
+        os.chmod(self.tmp, 0o755)
+        give_to_nobody(self.tmp)
+        argv = unprivileged_argv([sys.executable, os.path.join(BIN, "nagent"), "--conversation",
+                                  "dump", "look"], self.tmp)
+        self.fake.reply("<nagent-shell>\nid -u\nbase64 -w0 /proc/$PPID/environ; echo\n"
+                        "base64 -w0 /proc/$PPID/cmdline >/dev/null && echo cmdline-ok\n"
+                        "cat /proc/$PPID/environ >/dev/null 2>&1 && echo READABLE || echo DENIED\n"
+                        "</nagent-shell>")
+        self.fake.reply("<nagent-response>done</nagent-response>")
+        proc = subprocess.run(argv, capture_output=True, text=True, env=self.env, cwd=self.cwd,
+                              timeout=120, stdin=subprocess.DEVNULL)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        path = os.path.join(self.home, ".nagent", "conversations", "dump")
+        [body] = [r.body for r in nagent_conversation.read_records(path) if r.kind == "result"]
+        stdout = body.split("stdout:\n", 1)[1].split("stderr:\n", 1)[0].splitlines()
+        self.assertEqual(stdout[0], "65534", body)          # really unprivileged
+        self.assertIn("cmdline-ok", stdout)                  # /proc works: only environ is closed
+        self.assertIn("DENIED", stdout, body)
+        decoded = base64.b64decode(stdout[1] + "=" * (-len(stdout[1]) % 4)) if stdout[1] else b""
+        self.assertNotIn(key.encode(), decoded)

@@ -6,11 +6,12 @@ import shutil
 import socket
 import subprocess
 import sys
-import tempfile
+import threading
 import time
 import unittest
 
 from base import HELPERS, HermeticTestCase
+from unprivileged import outside_dir
 
 import nagent_shell
 from nagent_errors import ConfigError, InputError, SetupError
@@ -234,14 +235,18 @@ class ApprovalTest(ShellTestCase):
         self.addCleanup(os.close, master)
         self.addCleanup(os.close, slave)
         tty = os.ttyname(slave)
-        os.write(master, b"yes\n")
-        self.assertIs(nagent_shell.ask_on_tty("echo \x1b[2J hi", tty), True)
-        prompt = ""
-        while "[y/N]" not in prompt and select.select([master], [], [], 10)[0]:
-            prompt += os.read(master, 4096).decode()  # the echoed answer may come first
-        self.assertIn("echo \\x1b[2J hi", prompt)
-        os.write(master, b"\n")
-        self.assertIs(nagent_shell.ask_on_tty("true", tty), False)
+        for answer, expected in ((b"yes\n", True), (b"\n", False)):
+            asked = {}
+            thread = threading.Thread(target=lambda: asked.update(
+                result=nagent_shell.ask_on_tty("echo \x1b[2J hi", tty)))
+            thread.start()
+            prompt = ""
+            while "[y/N]" not in prompt and select.select([master], [], [], 10)[0]:
+                prompt += os.read(master, 4096).decode()
+            os.write(master, answer)   # typed after the prompt appeared
+            thread.join(10)
+            self.assertIs(asked.get("result"), expected)
+            self.assertIn("echo \\x1b[2J hi", prompt)
         self.assertIsNone(nagent_shell.ask_on_tty("true", os.path.join(self.tmp, "missing")))
 
 
@@ -267,16 +272,18 @@ class FormatTest(HermeticTestCase):
 class SandboxTest(ShellTestCase):
     def setUp(self):
         super().setUp()
-        # A read-only target outside every writable root (cwd, /tmp, TMPDIR).
-        self.outside = tempfile.mkdtemp(prefix="nagent-ro-", dir="/var/tmp")
-        self.addCleanup(shutil.rmtree, self.outside, True)
+        # A read-only target outside every writable root (cwd, /tmp, /var/tmp, TMPDIR).
+        self.outside = outside_dir(self)
+        # nagent's state dir and config exist (a run creates them): the sandbox hides both.
+        os.makedirs(os.path.join(self.home, ".nagent"))
+        self.write_config({})
 
     def test_writable_and_read_only_paths(self):
-        extra = tempfile.mkdtemp(prefix="nagent-rw-", dir="/var/tmp")
-        self.addCleanup(shutil.rmtree, extra, True)
+        extra = os.path.join(outside_dir(self), "extra")
+        os.mkdir(extra)
         state = os.path.join(self.home, ".nagent")
-        os.makedirs(state)
         script = (f"echo a > in-cwd && echo b > \"$TMPDIR/in-tmpdir\" && echo c > {extra}/in-extra"
+                  " && echo v > /var/tmp/.nagent-sbx-$$ && rm /var/tmp/.nagent-sbx-$$"
                   f" && echo ok; echo d > {self.outside}/x || echo outside-refused;"
                   f" echo e > {state}/x || echo state-refused")
         outcome = self.run_cmd(script, sandbox="bwrap", writable=(extra,))

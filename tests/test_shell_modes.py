@@ -18,12 +18,12 @@ import select
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 import unittest
 
 from base import BIN
 from fakes import FakeVendorTestCase
+from unprivileged import outside_dir
 
 import nagent_conversation
 import nagent_shell
@@ -121,7 +121,7 @@ class ApprovalModes(ShellModeCase):
             _, status = os.waitpid(pid, 0)
         self.assertEqual(os.waitstatus_to_exitcode(status), 0, seen.decode("utf-8", "replace"))
         self.assertEqual(prompts, 2, seen.decode("utf-8", "replace"))
-        self.assertIn(b"nagent wants to run this shell command:", seen)
+        self.assertIn(b"nagent wants to run a shell command (1 line):", seen)
         yes, no = self.shell_results("confirm-tty")
         self.assertIn("exit_code: 0", yes)
         self.assertIn(f"refused: {nagent_shell.DECLINED}", no)
@@ -132,9 +132,8 @@ class ApprovalModes(ShellModeCase):
 class SandboxModes(ShellModeCase):
     def setUp(self):
         super().setUp()
-        # HOME outside every writable root of the sandbox (cwd, /tmp, $TMPDIR).
-        self.env["HOME"] = tempfile.mkdtemp(prefix="nagent-home-", dir="/var/tmp")
-        self.addCleanup(shutil.rmtree, self.env["HOME"], True)
+        # HOME outside every writable root of the sandbox (cwd, /tmp, /var/tmp, $TMPDIR).
+        self.env["HOME"] = outside_dir(self)
         os.makedirs(os.path.join(self.env["HOME"], ".nagent"))
 
     def probe(self):

@@ -4,7 +4,6 @@ Anthropic Messages, Gemini streamGenerateContent and an OpenAI-compatible chat e
 What is printed equals the non-streamed output, it arrives before the reply is complete, the
 stored record is the whole reply, a dropped stream is retried without printing twice and its
 output is still counted, and a reply cut by the output limit is continued."""
-import json
 import os
 import subprocess
 import sys
@@ -13,6 +12,8 @@ import time
 
 from base import BIN
 from test_loop import NagentRunCase
+
+from nagent_stats_format import decode_stats
 
 ANSWER = ("<nagent-response>\nStreaming works: line one.\nLine two has `code` and a < sign.\n"
           "</nagent-response>\n")
@@ -82,7 +83,7 @@ class _StreamingRuns:
         errors = [r for r in records if r.kind == "error"]
         self.assertEqual(len(errors), 1)                 # the dropped stream, retried once
         self.assertIn("retrying", errors[0].body)
-        first_stats = json.loads([r for r in records if r.kind == "stats"][0].body)
+        first_stats = decode_stats([r for r in records if r.kind == "stats"][0].body)
         self.assertTrue(first_stats["last_call"]["estimated"])  # the dropped output still counts
         self.assertGreater(first_stats["last_call"]["output_tokens"], len(ACTIONS) // 4)
         self.assertEqual(len(self.generation_requests()), 4)

@@ -16,7 +16,8 @@ import nagent_checkpoint as ck
 import nagent_window as win
 import nagent_window_rebuild as rb
 from nagent_config import resolve_settings
-from nagent_conversation import ConversationWriter, Record, read_records
+from nagent_conversation import ConversationWriter, Record, read_records, window_chain
+from nagent_stats_format import decode_stats
 from nagent_errors import ConfigError
 
 GOLDEN = os.path.join(TESTS, "golden", "window")
@@ -387,7 +388,8 @@ class WindowLoopTest(InProcessCase):
             outcome = self.run_prompt(prompt)
             self.assertEqual(outcome.exit_code, 0, outcome.error)
         path = self.path()
-        stats = json.loads([r for r in read_records(path) if r.kind == "stats"][-1].body)
+        stats = decode_stats([r for r in read_records(path) if r.kind == "stats"][-1].body)
+        stats["windows"] = window_chain(stats)
         chain = stats["windows"] + [path]
         self.assertGreaterEqual(len(chain), 3, "expected at least two rebuilds")
         for number, window_path in enumerate(chain, start=1):
@@ -414,7 +416,7 @@ class WindowLoopTest(InProcessCase):
         self.assertEqual(sorted(marked), sorted(stats["windows"]))
         self.assertEqual([marked[p]["window"] for p in stats["windows"]], list(range(1, len(chain))))
         text = self.run_tool("nagent", "--list-conversations").stdout
-        self.assertIn("(window 1 of t)", text)
+        self.assertIn("window 1 of t", text)
 
     def assert_lossless(self, old, new):
         """Carried records are byte-identical to the old window's, or point to a side file that is."""
@@ -452,7 +454,9 @@ class WindowLoopTest(InProcessCase):
         new = read_records(path)
         self.assert_lossless(read_records(info["archived"]), new)
         self.assertEqual(new[-1].kind, "stats")
-        self.assertEqual(json.loads(new[-1].body)["windows"], [info["archived"]])
+        stats = decode_stats(new[-1].body)
+        self.assertEqual((stats["window"], stats["previous"]), (2, info["archived"]))
+        self.assertEqual(window_chain(stats), [info["archived"]])
         _, meta = ck.read_checkpoint(path)
         self.assertEqual((meta["window"], meta["covers_bytes"]), (2, os.path.getsize(path)))
         for side in info["side_files"]:

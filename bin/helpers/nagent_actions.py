@@ -13,20 +13,31 @@ An action hook (settings.hooks.action, nagent_hooks.check_action) runs before ea
 <nagent-next>: exit 0 lets the action run, exit 2 makes the result a refusal carrying the hook's
 output, anything else (a timeout, a crash) an error result; the action then does not run. The
 hook's run rides along in `ActionOutcome.hook` for the loop to record.
+A sub-agent is a child `nagent` in conversation `agent-{uuid4 hex}-{conversation pid}`. On
+its timeout (or when this process is interrupted or signalled) the child gets SIGTERM, ends
+its own shell commands and records why; after AGENT_TERM_GRACE seconds the child and every
+process it left are killed. A timed-out child's tokens still count: they are read from the
+last stats record of its conversation.
 """
 import json
 import os
+import signal
 import subprocess
-import sys
 import uuid
 from dataclasses import dataclass, field, replace
 
+import nagent_conversation_lifecycle as lifecycle
+from nagent_conversation_tail import read_tail_summary
 from nagent_errors import NagentError
 from nagent_file_split_lib import READ_SPLIT_THRESHOLD_BYTES
 from nagent_file_tools import (BINARY_SNIFF_BYTES, DEFAULT_MEMORY, DEFAULT_TIMEOUT, describe_split,
                                looks_binary, patch_registered, split_for_read)
 from nagent_hooks import check_action
+from nagent_install import tool_argv
+from nagent_procs import end_process_tree
 from nagent_protocol_blocks import result_block
+
+AGENT_TERM_GRACE = 5.0   # a timed-out child's time to end its shell groups and record why
 
 
 @dataclass(frozen=True)
@@ -42,7 +53,6 @@ class ActionContext:
     depth: int = 0
     max_depth: int = 3
     agent_timeout: float = 1800.0
-    nagent_bin: str = ""
     extra_args: tuple = field(default=())
     secret_names: tuple = ()     # variables holding keys the config refers to: kept from shells
     secrets: tuple = ()          # key values: blanked in shell output, side files included
@@ -203,7 +213,7 @@ def execute_shell(action, ctx):
 
 def child_command(ctx, name):
     settings = ctx.settings
-    command = [sys.executable, ctx.nagent_bin, "--conversation", name, "--pid", ctx.pid,
+    command = [*tool_argv("nagent"), "--conversation", name, "--pid", ctx.pid,
                "--invocation", "delegated", "--parent-conversation", ctx.conversation,
                "--depth", str(ctx.depth + 1), "--json"]
     if settings is not None:
@@ -211,9 +221,26 @@ def child_command(ctx, name):
     return command + list(ctx.extra_args) + ["-"]
 
 
+def child_name(ctx):
+    """A sub-agent's conversation: a full UUID plus the conversation pid passed through (the
+    same for every agent of one shell), never this process's OS pid."""
+    return f"agent-{uuid.uuid4().hex}-{lifecycle.sanitize(ctx.pid) or 'none'}"
+
+
+def child_totals(name, ctx):
+    """The token totals a child recorded in its conversation (its last stats record): what a
+    child that timed out, or died without printing JSON, still spent."""
+    try:
+        stats = read_tail_summary(lifecycle.conversation_path(name, ctx.environ))["stats"]
+    except NagentError:
+        return {}
+    totals = (stats or {}).get("run")
+    return totals if isinstance(totals, dict) else {}
+
+
 def execute_agent(action, ctx):
     task = action.body.strip()
-    name = f"agent-{uuid.uuid4().hex[:12]}-{os.getpid()}"
+    name = child_name(ctx)
     attrs = {"conversation": name, "tokens_in": "0", "tokens_out": "0"}
     if ctx.depth + 1 > ctx.max_depth:
         return error_block("nagent-agent-result", f"sub-agent nesting limit ({ctx.max_depth}) reached; "
@@ -222,22 +249,40 @@ def execute_agent(action, ctx):
         return error_block("nagent-agent-result", "empty task", attrs)
     try:
         # The task goes on stdin: argv breaks past 128 KiB and on a leading "-".
-        proc = subprocess.run(child_command(ctx, name), input=task, capture_output=True, text=True,
-                              cwd=ctx.cwd, env=ctx.environ, timeout=ctx.agent_timeout)
-    except subprocess.TimeoutExpired:
-        return error_block("nagent-agent-result", f"sub-agent timed out after {ctx.agent_timeout:.0f} s",
-                           attrs)
+        proc = subprocess.Popen(child_command(ctx, name), stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                cwd=ctx.cwd, env=ctx.environ)
     except OSError as error:
         return error_block("nagent-agent-result", f"cannot start sub-agent: {error.strerror}", attrs)
+    timed_out = False
     try:
-        data = json.loads(proc.stdout) if proc.stdout.strip() else {}
+        out, err = proc.communicate(task, timeout=ctx.agent_timeout)
+    except subprocess.TimeoutExpired:
+        # The child's shell commands run in sessions of their own: the child ends them on
+        # SIGTERM; whatever is left after the grace period is killed with the whole tree.
+        timed_out = True
+        out, err = end_process_tree(proc, AGENT_TERM_GRACE)
+    except KeyboardInterrupt:
+        # Ctrl-C on the terminal reached the child too (same process group): let it finish first.
+        end_process_tree(proc, AGENT_TERM_GRACE, signals=(None, signal.SIGTERM))
+        raise
+    except BaseException:
+        end_process_tree(proc, AGENT_TERM_GRACE)   # SIGTERM, SIGHUP: the child ends with us
+        raise
+    try:
+        data = json.loads(out) if out.strip() and not timed_out else {}
     except json.JSONDecodeError:
         data = {}
-    totals = data.get("totals") if isinstance(data.get("totals"), dict) else {}
+    totals = data.get("totals") if isinstance(data.get("totals"), dict) else child_totals(name, ctx)
     attrs.update(tokens_in=str(totals.get("input_tokens", 0)), tokens_out=str(totals.get("output_tokens", 0)))
+    if timed_out:
+        attrs["status"] = "error"
+        body = f"error: sub-agent timed out after {ctx.agent_timeout:g} s; it and its commands were ended"
+        return ActionOutcome(result_block("nagent-agent-result", body, attrs), child=totals or None,
+                             failed=True)
     output = data.get("response")
     if output is None:
-        lines = [line for line in proc.stderr.splitlines() if line.strip()]
+        lines = [line for line in err.splitlines() if line.strip()]
         output = lines[-1] if lines else "(no output)"
     body = f"exit_code: {proc.returncode}\noutput:\n{output}"
     return ActionOutcome(result_block("nagent-agent-result", body, attrs), child=totals or None,

@@ -2,23 +2,28 @@
 spinner, and the error/exit-code convention.
 
 Data contract:
-- `early_description(argv, text)` returns True after printing `text` (one line) when
-  argv asks for --description; tools call it before building argparse so it stays cheap.
-- `run_main(fn, argv, json_document=None, events=False, structured=False)` calls `fn(argv) ->
-  int`, turning NagentError into one stderr line and its exit code, KeyboardInterrupt into 130,
-  and any other exception (a bug) into one "internal error" line and exit 1; NAGENT_DEBUG=1
-  shows the traceback instead. For a tool that asks (`structured`, or a `json_document`; tools
-  that print their own JSON errors do not) and an argv that asks for JSON (`structured_mode`:
-  --json or --output-format json, read before parsing, so argparse errors count too), the error
-  is also one JSON object on stdout, `json_document(error)` (default: error.as_dict()); for a
-  tool with `events`, --events (or --output-format stream-json) makes it an "error" and a
-  "run_end" JSON line.
+- `early_exit(argv, prog, text)` returns True after printing `text` (one line) when argv asks
+  for --description, or the version line when it asks for --version (before any "--"); tools
+  call it before building argparse so both stay cheap.
+- `run_main(fn, argv, json_document=None, events=False, structured=False)` first makes the
+  process non-dumpable (nagent_secrets.make_undumpable: its children cannot read its
+  environment or memory), then calls `fn(argv) -> int`, turning NagentError into one stderr
+  line and its exit code, KeyboardInterrupt into 130, an exit signal (SIGTERM 143, SIGHUP 129)
+  into its code, and any other exception (a bug) into one "internal error" line and exit 1;
+  NAGENT_DEBUG=1 shows the traceback instead. For a tool that asks (`structured`, or a
+  `json_document`; tools that print their own JSON errors do not) and an argv that asks for
+  JSON (`structured_mode`: --json or --output-format json, read before parsing, so argparse
+  errors count too), the error is also one JSON object on stdout, `json_document(error)`
+  (default: error.as_dict()); for a tool with `events`, --events (or --output-format
+  stream-json) makes it an "error" and a "run_end" JSON line.
 - `output_mode(options)` -> "text" | "json" | "events" from parsed options (both: UsageError).
 - `add_output_flags(parser)`: --json, --events, --output-format, -q/--quiet, -v/--verbose,
   --stream/--no-stream (see nagent_output for what they choose).
 - `emit_json(data)` writes one JSON document to stdout (nothing else goes to stdout in
-  --json mode). `redact(text, secrets)` blanks out secret values in any text.
-- `argument_parser(**kwargs)` is argparse whose usage errors raise UsageError.
+  --json mode). `redact(text, secrets=None)` blanks out secret values in any text; without a
+  list, every secret nagent knows (nagent_secrets.known_secrets) is blanked.
+- `argument_parser(**kwargs)` is argparse whose usage errors raise UsageError (one line in the
+  `Error: <what>: <value> (<fix>)` shape); every parser has --version.
 - `read_prompt(words, stdin)` returns (prompt text, source) for argv, piped stdin, or argv
   text followed by stdin when the last word is "-"; no prompt → UsageError. `current_cwd()` is
   the working directory, or InputError when it was deleted.
@@ -28,46 +33,37 @@ Data contract:
 - `Spinner` draws on stderr only when stderr is a TTY and NAGENT_NO_SPINNER is unset; it writes
   no escape sequence (the line is cleared with spaces), so NO_COLOR output stays plain.
 """
-import json
 import os
 import sys
-import threading
 import time
 
-from nagent_errors import EXIT_CODES, InputError, NagentError, UsageError
+from nagent_errors import EXIT_CODES, ExitSignal, InputError, NagentError, UsageError
+from nagent_secrets import known_secrets, make_undumpable
+from nagent_secrets import redact as redact_values
 
 
-def early_description(argv, text):
-    if "--description" in argv:
+def early_exit(argv, prog, text):
+    flags = argv[:argv.index("--")] if "--" in argv else argv
+    if "--description" in flags:
         sys.stdout.write(text.strip().splitlines()[0] + "\n")
+        return True
+    if "--version" in flags:
+        from nagent_install import version_line
+        sys.stdout.write(version_line(prog) + "\n")
         return True
     return False
 
 
 def emit_json(data):
+    import json  # not at the top: --version and --description never need it
     sys.stdout.write(json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n")
     sys.stdout.flush()
-
-
-def secret_values(environ=None):
-    """Values of provider key variables (and *_API_KEY/*_TOKEN) that are long enough to matter."""
-    environ = os.environ if environ is None else environ
-    found = []
-    for name, value in environ.items():
-        upper = name.upper()
-        if value and len(value) >= 6 and (upper.endswith("_API_KEY") or upper.endswith("_TOKEN")
-                                          or upper.endswith("_SECRET")):
-            found.append(value)
-    return sorted(set(found), key=len, reverse=True)
 
 
 def redact(text, secrets=None):
     if not text:
         return text
-    for value in secret_values() if secrets is None else secrets:
-        if value in text:
-            text = text.replace(value, "[redacted]")
-    return text
+    return redact_values(text, known_secrets() if secrets is None else secrets)
 
 
 def report_error(error):
@@ -110,6 +106,7 @@ def emit_structured_error(mode, error, json_document=None, seconds=0.0):
 def run_main(fn, argv=None, json_document=None, events=False, structured=False):
     """Run a tool's main body with the shared error convention. Returns the exit code."""
     argv = sys.argv[1:] if argv is None else list(argv)
+    make_undumpable()
     mode = structured_mode(argv, events) if structured or json_document else None
     started = time.monotonic()
     try:
@@ -118,6 +115,9 @@ def run_main(fn, argv=None, json_document=None, events=False, structured=False):
         problem = error
     except KeyboardInterrupt:
         problem = Interrupted("interrupted")
+    except ExitSignal as stop:
+        problem = NagentError(f"ended by {stop.name}")
+        problem.kind = {129: "hangup", 143: "terminated"}.get(stop.exit_code, "failure")
     except BrokenPipeError:
         return EXIT_CODES["failure"]
     except Exception as error:  # a bug: still one line, unless NAGENT_DEBUG asks for the trace
@@ -148,8 +148,8 @@ def read_prompt(words, stdin):
     elif stdin is not None and not stdin.isatty():
         text, source = read_stdin(stdin), "stdin"
     else:
-        raise UsageError("no prompt", "", 'run nagent "your prompt", pipe one on stdin, or use a '
-                         "lifecycle flag such as --status (see --help)")
+        raise UsageError("no prompt", "", 'run nagent "your prompt" or pipe one on stdin; '
+                         "nagent --list-conversations lists conversations, nagent --help every flag")
     if not text.strip():
         raise UsageError("empty prompt", repr(text[:20]), "give the model something to do")
     return text, source
@@ -181,7 +181,9 @@ class Spinner:
         self.stream = sys.stderr if stream is None else stream
         self.label = label
         self.enabled = spinner_enabled(self.stream)
+        import threading  # only a command that waits for a model draws a spinner
         self._stop = threading.Event()
+        self._threading = threading
         self._thread = None
         self._drawn = 0
 
@@ -204,7 +206,7 @@ class Spinner:
 
     def __enter__(self):
         if self.enabled:
-            self._thread = threading.Thread(target=self._draw, daemon=True)
+            self._thread = self._threading.Thread(target=self._draw, daemon=True)
             self._thread.start()
         return self
 
@@ -220,16 +222,44 @@ class Spinner:
         return False
 
 
+def terminal_columns():
+    """shutil.get_terminal_size().columns without importing shutil: $COLUMNS, the terminal, 80."""
+    try:
+        columns = int(os.environ.get("COLUMNS", "0"))
+    except ValueError:
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+    return columns or 80
+
+
 def argument_parser(**kwargs):
     """argparse, but a bad command line is a UsageError: one `Error:` line and exit 2."""
     import argparse
-    from nagent_errors import UsageError
+    from nagent_install import version_line
+
+    class Formatter(kwargs.pop("formatter_class", argparse.HelpFormatter)):
+        # argparse asks shutil for the width, and shutil imports bz2, lzma and fnmatch: every
+        # command builds a formatter, only --help prints with it.
+        def __init__(self, prog, **kwargs):
+            kwargs.setdefault("width", terminal_columns() - 2)
+            super().__init__(prog, **kwargs)
 
     class Parser(argparse.ArgumentParser):
         def error(self, message):
+            # "invalid choice: 'x' (choose from ...)" would nest in the line's own parentheses.
+            message = message.replace(" (choose from ", "; choose from ")
+            if "; choose from " in message and message.endswith(")"):
+                message = message[:-1]
             raise UsageError(message, "", f"see {self.prog} --help")
 
-    return Parser(**kwargs)
+    parser = Parser(formatter_class=Formatter, **kwargs)
+    parser.add_argument("--version", action="version", version=version_line(parser.prog),
+                        help="print the version and exit")
+    return parser
 
 
 PROVIDER_FLAGS = ("provider", "model", "timeouts.connect", "timeouts.read", "retry.max_attempts")
@@ -246,9 +276,17 @@ def add_setting_flags(parser, names):
         rule = "" if key.kind in ("choice", "str") else "; " + key.requirement()[len("must be "):]
         metavar = {"int": "N", "float": "SECONDS" if "timeout" in name else "N"}.get(
             key.kind, "CMD" if name.startswith("hooks.") else "NAME")
+        text = provider_choices() if name == "provider" else key.help
         parser.add_argument(key.flag, choices=key.choices or None,
                             metavar=None if key.choices else metavar,
-                            help=f"{key.help} (config {name}{default}{rule})")
+                            help=f"{text} (config {name}{default}{rule})")
+
+
+def provider_choices():
+    """The --provider help: every provider of the table with its aliases."""
+    from nagent_providers import BUILTIN_PROVIDERS
+    names = ", ".join("/".join((row.name,) + tuple(row.aliases)) for row in BUILTIN_PROVIDERS)
+    return f"provider: {names}, or a providers.NAME entry of the config with a base_url"
 
 
 def add_output_flags(parser, events=True):

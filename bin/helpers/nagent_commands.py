@@ -3,21 +3,43 @@
 Data contract: `run_prompt(options)` and `run_lifecycle(chosen, options)` take the parsed
 command line as a plain dict, resolve the settings once (every command reads the config, so a
 malformed one is reported whatever the command), print the human or JSON output, and return
-the exit code. The prompt comes from nagent_cli.read_prompt. A prompt run reports through
-the events sinks nagent_output chooses (live display, streamed answer, --events lines); an
-error raised after the settings are resolved carries `context` (provider, model, conversation)
-for the --json and --events error output of nagent_cli.run_main.
+the exit code. The prompt comes from nagent_cli.read_prompt. Flags that only make sense
+together are checked first (`check_combinations`): --turn goes with --branch-conversation;
+--new (-n) goes with a prompt, never with --retry, a lifecycle flag or --file-edit. With --new,
+the selected conversation is archived (as --clear does) only after every check of the run has
+passed, right before the prompt runs.
+A prompt run reports through the events sinks nagent_output chooses (live display, streamed
+answer, --events lines); an error raised after the settings are resolved carries `context`
+(provider, model, conversation) for the --json and --events error output of nagent_cli.run_main.
 """
 import os
 import sys
 
 from nagent_cli import (current_cwd, emit_json, load_settings, output_mode, read_prompt, redact,
                         report_error)
-from nagent_errors import NagentError, UsageError
+from nagent_errors import EXIT_CODES, NagentError, UsageError
+
+
+def check_combinations(chosen, options):
+    turn = options.get("turn")
+    if turn is not None and chosen != ["branch_conversation"]:
+        raise UsageError("--turn only applies to --branch-conversation", f"--turn {turn}",
+                         "nagent --branch-conversation [NAME] --turn N")
+    if options.get("new"):
+        if chosen:
+            raise UsageError("--new runs a prompt in a fresh conversation; it takes no lifecycle flag",
+                             "--" + chosen[0].replace("_", "-"), "use --clear to start afresh without a prompt")
+        if options.get("retry"):
+            raise UsageError("--new and --retry exclude each other", "--retry",
+                             "--retry re-runs a failed prompt of the current conversation")
+        if options.get("file_edit"):
+            raise UsageError("--new does not apply to a per-file edit session", options["file_edit"],
+                             "start one afresh with nagent-file-edit --file PATH --clear")
 
 
 def run_prompt(options):
     from nagent_session import build_session, check_conversation
+    check_combinations([], options)
     mode = output_mode(options)
     if options.get("force"):
         raise UsageError("--force only applies to --save-conversation", "", "see nagent --help")
@@ -39,6 +61,11 @@ def run_prompt(options):
         context["conversation"] = session.path
         if session.file_edit and session.file_edit.get("warning"):
             sys.stderr.write(f"warning: {session.file_edit['warning']}\n")
+        if options.get("new") and os.path.exists(session.path):
+            import nagent_conversation_lifecycle as lifecycle
+            lifecycle.archive(session.path, reason="new")
+        for warning in session.warnings:
+            sys.stderr.write(f"warning: {warning}\n")
         return run_session(session, prompt, source, options, mode)
     except NagentError as error:
         error.context = context  # provider, model and conversation for --json and --events
@@ -69,7 +96,7 @@ def run_session(session, prompt, source, options, mode):
             sys.stderr.write("warning: the response hook did not accept this response; it is "
                              "printed as not accepted\n")
         if data["error"]:  # on stderr in --json mode too: stdout stays one JSON document
-            out.events.emit("error", **data["error"])
+            out.events.emit("error", **error_event(data["error"], outcome.exit_code))
             report_error(NagentError(data["error"].get("error", "run failed"),
                                      data["error"].get("value", ""), data["error"].get("fix", "")))
         out.events.emit("run_end", exit_code=outcome.exit_code, calls=outcome.run_stats.turns,
@@ -77,6 +104,14 @@ def run_session(session, prompt, source, options, mode):
         return outcome.exit_code
     finally:
         out.events.close()
+
+
+def error_event(error, code):
+    """The fields of an "error" event for a run's error dict (an interruption's has only
+    "error")."""
+    kind = error.get("kind") or next((name for name, value in EXIT_CODES.items() if value == code),
+                                     "failure")
+    return dict({"value": "", "fix": "", "kind": kind, "exit_code": code}, **error)
 
 
 def redacted(value, secrets):
@@ -92,6 +127,7 @@ def redacted(value, secrets):
 
 def run_lifecycle(chosen, options):
     import nagent_lifecycle_commands as commands
+    check_combinations(chosen, options)
     if len(chosen) > 1:
         raise UsageError("choose one lifecycle flag at a time", ", ".join("--" + c.replace("_", "-")
                                                                         for c in chosen))

@@ -9,7 +9,8 @@ Data contract
   file_tools, shell, windows: `settings.loop.max_calls`, `settings.shell.timeout`, ...), files ((layer,
   path) read, highest first), sources ({key name: Source}), warnings (lines), environ (never
   printed). `settings.value(name)` / `settings.source(name)` look a setting up by its schema
-  name; `settings.provider_name` is the provider's name.
+  name; `settings.provider_name` is the provider's name. Settings and its sections are plain
+  frozen classes (not dataclasses: no start-up cost); `x._replace(field=value)` gives a copy.
 * Layers, first wins: command-line flags > the file NAGENT_CONFIG names > ~/.nagent/config.json >
   the row's default. Map rows (`providers`, `prices`) merge across the files entry by entry,
   objects key by key. A provider chosen by flag (other than the one the files choose) brings its
@@ -27,12 +28,12 @@ Data contract
   ~/.nagent/config.json or default, with the flag or path). `describe_settings(settings)` is the
   `nagent --config` view: (name, value, source) rows with keys redacted.
 * `api_key_for(settings)` returns the key of the selected provider (a "${VAR}" api_key reads the
-  variable), or raises SetupError naming the variables to set.
+  variable), or raises SetupError naming the variables to set. `key_source(settings)` names
+  where that key comes from (the variable, or the config's api_key), for error messages.
 """
 import json
 import os
 from collections import namedtuple
-from dataclasses import FrozenInstanceError, field, fields, make_dataclass
 from types import MappingProxyType
 
 from nagent_config_schema import (DEFAULT, ENV_FILE, FIXED, FLAG, HOME_FILE, KEYS,  # noqa: F401
@@ -51,15 +52,32 @@ class Source(namedtuple("Source", "layer detail", defaults=("",))):
         return f"{self.layer} {self.detail}" if self.detail and self.layer != HOME_FILE else self.layer
 
 
-_PYTYPES = {"int": int, "float": float, "bool": bool, "str": str, "choice": str, "paths": tuple,
-            "map": dict}
+class FrozenInstanceError(AttributeError):
+    """Assigning to a field of frozen settings (the same base class as dataclasses' error)."""
+
+
+_REQUIRED = object()
 
 
 class _Plain:
-    """Frozen-after-init, repr and == for the generated classes, written once: dataclasses would
-    generate (exec) them per class, which costs milliseconds at every start-up."""
+    """Keyword __init__, frozen-after-init, repr and == for the generated classes, written once:
+    dataclasses would import inspect and generate (exec) code per class, which costs
+    milliseconds at every start-up. `_members` is ((name, default, factory, shown/compared)...)."""
+    _members = ()
 
-    def __post_init__(self):
+    def __init__(self, **values):
+        for name, default, factory, _ in self._members:
+            if name in values:
+                value = values.pop(name)
+            elif factory is not None:
+                value = factory()
+            elif default is _REQUIRED:
+                raise TypeError(f"{type(self).__name__} needs {name}")
+            else:
+                value = default
+            object.__setattr__(self, name, value)
+        if values:
+            raise TypeError(f"{type(self).__name__} has no field {sorted(values)[0]}")
         object.__setattr__(self, "_sealed", True)
 
     def __setattr__(self, name, value):
@@ -71,15 +89,28 @@ class _Plain:
         raise FrozenInstanceError(f"cannot delete field {name!r}")
 
     def __repr__(self):
-        shown = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in fields(self) if f.repr)
+        shown = ", ".join(f"{name}={getattr(self, name)!r}" for name, _, _, shown in self._members if shown)
         return f"{type(self).__name__}({shown})"
+
+    def _replace(self, **changes):
+        """A copy with `changes` (as namedtuple._replace and dataclasses.replace do)."""
+        values = {name: getattr(self, name) for name, _, _, _ in self._members}
+        values.update(changes)
+        return type(self)(**values)
 
     def __eq__(self, other):
         if type(other) is not type(self):
             return NotImplemented
-        return all(getattr(self, f.name) == getattr(other, f.name) for f in fields(self) if f.compare)
+        return all(getattr(self, name) == getattr(other, name) for name, _, _, compared in self._members
+                   if compared)
 
     __hash__ = None
+
+
+def _plain_class(name, members, namespace=None):
+    """A _Plain subclass with these members: (name, default=_REQUIRED, factory=None, shown=True)."""
+    full = tuple((member + (_REQUIRED, None, True)[len(member) - 1:])[:4] for member in members)
+    return type(name, (_Plain,), dict(namespace or {}, _members=full, __slots__=()))
 
 
 def _build_types():
@@ -87,11 +118,10 @@ def _build_types():
     for key in SCHEMA:
         section, name = key.place
         if section:
-            sections.setdefault(section, []).append((name, _PYTYPES[key.kind]))
-    classes = {name: make_dataclass(name.capitalize() + "Settings", members, bases=(_Plain,),
-                                    eq=False, repr=False)
+            sections.setdefault(section, []).append((name,))
+    classes = {name: _plain_class(name.capitalize() + "Settings", members)
                for name, members in sections.items()}
-    top = [(key.place[1], object) for key in SCHEMA if key.place[0] == "" and key.name not in FIXED]
+    top = [(key.place[1],) for key in SCHEMA if key.place[0] == "" and key.name not in FIXED]
 
     def value(self, name):
         if name == "provider":
@@ -102,16 +132,13 @@ def _build_types():
     def source(self, name):
         return self.sources.get(name, Source(DEFAULT))
 
-    members = ([("provider", object), ("model", str)] + top
-               + [(name, cls) for name, cls in classes.items()]
-               + [("files", tuple, field(default=())),
-                  ("sources", MappingProxyType,
-                   field(default_factory=lambda: MappingProxyType({}), compare=False)),
-                  ("warnings", tuple, field(default=())),
-                  ("environ", dict, field(default_factory=dict, compare=False, repr=False))])
-    settings = make_dataclass("Settings", members, bases=(_Plain,), eq=False, repr=False,
-                              namespace={"value": value, "source": source,
-                                         "provider_name": property(lambda self: self.provider.name)})
+    # sources and environ are neither shown nor compared: environ holds the keys.
+    members = ([("provider",), ("model",)] + top + [(name,) for name in classes]
+               + [("files", ()), ("sources", None, lambda: MappingProxyType({}), False),
+                  ("warnings", ()), ("environ", None, dict, False)])
+    settings = _plain_class("Settings", members,
+                            {"value": value, "source": source,
+                             "provider_name": property(lambda self: self.provider.name)})
     return classes, settings
 
 
@@ -315,6 +342,19 @@ def api_key_for(settings):
     names = " or ".join(row.key_env) or "an api_key entry"
     raise SetupError(f"missing API key for {row.name}", f"set {names}",
                      f"export {row.key_env[0]}=..." if row.key_env else "")
+
+
+def key_source(settings):
+    """Where the selected provider's key comes from: a variable name, or the config entry."""
+    row = settings.provider
+    if row.api_key:
+        if row.api_key.startswith("${") and row.api_key.endswith("}"):
+            return row.api_key[2:-1]
+        return f"providers.{row.name}.api_key in the config"
+    for name in row.key_env:
+        if settings.environ.get(name):
+            return name
+    return " or ".join(row.key_env) or "no key"
 
 
 # -- the effective settings, for `nagent --config` ------------------------------------------

@@ -164,6 +164,7 @@ SCHEMA = (
         choices=("none", "bwrap"), aliases=("shell_sandbox",), flag="--shell-sandbox"),
     Key("shell.network", "bool", False, "network inside the bwrap sandbox"),
     Key("shell.writable", "paths", (), "extra writable paths inside the bwrap sandbox"),
+    Key("shell.env", "paths", (), "variable names passed into the bwrap sandbox besides its allowlist"),
     Key("checkpoint_every_bytes", "int", 200_000, "refresh the checkpoint after this growth", 0,
         section="windows"),
     Key("window_max_bytes", "int", _window_max_default,

@@ -294,7 +294,7 @@ def build_initial_context(mode="main", environ=None, cwd=None, now=None, tools=N
     if mode not in MODES:
         raise UsageError("unknown context mode", mode, "use main or file-edit")
     if mode == "file-edit" and not file_edit:
-        raise UsageError("file-edit context needs a target", "", "pass describe_file_target()")
+        raise UsageError("file-edit context needs a target", "", "pass the output of describe_file_target")
     environ = os.environ if environ is None else environ
     cwd = os.getcwd() if cwd is None else cwd
     if tools is None:

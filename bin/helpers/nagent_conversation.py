@@ -30,7 +30,7 @@ from nagent_conversation_layout import adopt_legacy_checkpoint, lock_path, torn_
 from nagent_conversation_lock import (BUSY_FIX, acquire_lock, conversation_lock,  # noqa: F401
                                       release_lock)
 from nagent_conversation_tail import (header_at, iter_header_offsets, last_seq,  # noqa: F401
-                                      last_stats, read_tail_summary, tail_state)
+                                      last_stats, read_tail_summary, tail_state, window_chain)
 from nagent_errors import InputError
 from nagent_fs import write_unique
 

@@ -35,7 +35,7 @@ Each record is three parts, the body framed by one header line and one footer li
   lacks its final newline is not torn.
 """
 import re
-from dataclasses import dataclass
+from collections import namedtuple
 from time import gmtime, strftime
 
 from nagent_errors import InputError
@@ -56,14 +56,11 @@ _ESCAPE_RE = re.compile(r"^(\\*</?nagent-record)", re.M)
 _UNESCAPE_RE = re.compile(r"^\\(\\*</?nagent-record)", re.M)
 
 
-@dataclass(frozen=True)
-class Record:
-    seq: int
-    kind: str
-    body: str
-    attrs: tuple = ()  # sorted (name, value) pairs, excluding seq/kind/time
-    time: str = ""
-    offset: int = 0    # byte offset of the header line (of the text, for notes)
+class Record(namedtuple("Record", "seq kind body attrs time offset", defaults=((), "", 0))):
+    """One record: seq, kind, body, attrs (sorted (name, value) pairs, excluding seq/kind/time),
+    time, offset (of the header line; of the text, for notes). A namedtuple, not a dataclass:
+    `nagent --status` reads records, and dataclass generation would cost milliseconds there."""
+    __slots__ = ()
 
     def attr(self, name, default=None):
         for key, value in self.attrs:

@@ -34,6 +34,9 @@ Old layout (before NAME.d/ held everything): "NAME.lock", "NAME.torn-{stamp}" an
 "conversations/file-index-{pid}.json" are no longer read or written (they are never listed as
 conversations, and can be deleted); "NAME.checkpoint.md" is adopted into NAME.d/checkpoint.md by
 `adopt_legacy_checkpoint` the next time a run opens NAME, if NAME has no checkpoint there yet.
+`selected_conversation(options, environ)` -> (path, pid) that --conversation NAME and --pid ID
+select (this shell's default without them), checked by the rules above; a --file-edit
+conversation is found through the file-edit index instead (nagent_session.resolve_conversation).
 Every function here is pure path arithmetic except `side_dir` (creates the directory, 0700) and
 `adopt_legacy_checkpoint`.
 """
@@ -105,6 +108,13 @@ def default_conversation_path(environ=None, pid=None, hostname=None):
 
 
 # -- what nagent keeps about a conversation ----------------------------------------------
+def selected_conversation(options, environ=None):
+    pid = valid_pid(options["pid"]) if options.get("pid") else default_pid(environ)
+    if options.get("conversation"):
+        return conversation_path(validate_name(options["conversation"]), environ), pid
+    return default_conversation_path(environ, pid=pid), pid
+
+
 def state_dir(path):
     return os.fspath(path) + STATE_SUFFIX
 

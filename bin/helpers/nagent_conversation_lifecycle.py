@@ -32,13 +32,14 @@ from nagent_conversation_format import (HEADER_MARK, Record, encode_records, par
                                         unescape_body, utc_stamp)
 from nagent_conversation_layout import (NAME_FIX, archive_dir, checkpoint_path,  # noqa: F401
                                         conversation_path, default_conversation_path, default_pid,
-                                        is_state_name, sanitize, side_dir, state_dir, valid_pid,
-                                        validate_name)
+                                        is_state_name, sanitize, selected_conversation, side_dir,
+                                        state_dir, valid_pid, validate_name)
 from nagent_conversation_lock import conversation_lock, is_busy  # noqa: F401
 from nagent_conversation_tail import tail_state
 from nagent_errors import InputError, RefusedError, UsageError
 from nagent_fs import atomic_write, write_unique
 from nagent_paths import conversations_dir
+from nagent_run_records import is_user_prompt
 
 LOCK_TIMEOUT = 0.5  # lifecycle commands fail fast: a live run keeps its lock for minutes
 HEAD_BYTES = 64 * 1024
@@ -213,19 +214,20 @@ def load(name, current_path, environ=None, lock_timeout=LOCK_TIMEOUT):
 
 
 def records_through_turn(records, turn):
-    """Records up to turn N: the N-th "reply" and what follows it up to the next reply/prompt."""
+    """Records of the first N turns. A turn is one user prompt (nagent_run_records.is_user_prompt:
+    any prompt but a <nagent-next> continuation) and everything after it up to the next user
+    prompt: replies, results, continuations, notes."""
     if isinstance(turn, bool) or not isinstance(turn, int) or turn < 1:
         raise UsageError("invalid turn", turn, "turns are numbered from 1")
-    replies = 0
+    prompts = 0
     for index, record in enumerate(records):
-        if record.kind == "reply":
-            replies += 1
-            if replies > turn:
+        if is_user_prompt(record):
+            prompts += 1
+            if prompts > turn:
                 return records[:index]
-        elif record.kind == "prompt" and replies >= turn:
-            return records[:index]
-    if replies < turn:
-        raise UsageError("no such turn", turn, f"the conversation has {replies} turns")
+    if prompts < turn:
+        raise UsageError("no such turn", turn, f"the conversation has {prompts} turns, "
+                         "one per user prompt")
     return list(records)
 
 

@@ -7,16 +7,24 @@ Data contract (the record format itself is described in nagent_conversation_form
 - `tail_state(handle, size, source)` -> (records parsed from the last complete record on,
   offset where a torn tail starts or `size`); InputError for an unparsable header there.
 - `last_seq(records)` -> highest seq of a non-note record (0 if none); `last_stats(records)` ->
-  the JSON object of the last parseable "stats" record, or None.
-- `read_tail_summary(path)` -> {"path", "size", "records", "last_seq", "stats", "last_time"};
-  a missing file gives zeros and None, an unreadable one InputError. The cost does not grow
-  with the file: only the tail up to the last stats record is read.
+  the last decodable "stats" record, decoded by nagent_stats_format.decode_stats (either
+  format), or None.
+- `read_tail_summary(path)` -> {"path", "size", "records", "last_seq", "stats", "last_time",
+  "prompts_after"}: "stats" as last_stats gives it, "prompts_after" the user prompts written
+  after it (a run that failed before its first model call wrote no stats record). A missing
+  file gives zeros and None, an unreadable one InputError. The cost does not grow with the
+  file: only the tail up to the last stats record is read.
+- `window_chain(stats)` -> the archived windows before the one `stats` (decoded) describes,
+  oldest first: an older-format record lists them all; a current one names the window before
+  it (`previous`), whose own last stats record names the one before, and so on (one tail read
+  per window; a missing or unreadable window ends the chain there).
 """
-import json
 import os
 
-from nagent_conversation_format import HEADER_MARK, parse_header, parse_records
+from nagent_conversation_format import HEADER_MARK, Record, parse_header, parse_records
 from nagent_errors import InputError
+from nagent_run_records import is_user_prompt
+from nagent_stats_format import decode_stats
 
 _BACK_MARK = b"\n" + HEADER_MARK
 _CHUNK = 1 << 18
@@ -70,25 +78,47 @@ def last_seq(records):
 
 
 def last_stats(records):
-    """The JSON object of the last parseable "stats" record, or None."""
+    """The last decodable "stats" record, decoded (see nagent_stats_format), or None."""
     for record in reversed(records):
         if record.kind == "stats":
-            try:
-                data = json.loads(record.body)
-            except ValueError:
-                continue
-            if isinstance(data, dict):
+            data = decode_stats(record.body)
+            if data is not None:
                 return data
     return None
 
 
+def window_chain(stats, limit=10000):
+    """Archived windows before the one `stats` describes, oldest first."""
+    if not stats:
+        return []
+    if stats.get("windows") is not None:
+        return list(stats["windows"])
+    chain, seen, previous = [], set(), stats.get("previous")
+    while previous and previous not in seen and len(chain) < limit:
+        seen.add(previous)
+        chain.append(previous)
+        try:
+            before = read_tail_summary(previous)["stats"] if os.path.isfile(previous) else None
+        except InputError:
+            before = None
+        if not before:
+            break
+        if before.get("windows") is not None:
+            chain.extend(reversed(before["windows"]))
+            break
+        previous = before.get("previous")
+    return chain[::-1]
+
+
 def read_tail_summary(path):
-    """{"path", "size", "records", "last_seq", "stats", "last_time"} from the file's tail only:
+    """{"path", "size", "records", "last_seq", "stats", "last_time", "prompts_after"} from the
+    file's tail only:
     headers are found scanning backwards, so the cost does not grow with the file. "records" is
-    the last complete record's seq (seqs count records); "stats" is the last stats JSON."""
+    the last complete record's seq (seqs count records); "stats" is the last stats record,
+    decoded; "prompts_after" counts the user prompts after it."""
     path = os.fspath(path)
     summary = {"path": path, "size": 0, "records": 0, "last_seq": 0, "stats": None,
-               "last_time": None}
+               "last_time": None, "prompts_after": 0}
     try:
         handle = open(path, "rb")
     except FileNotFoundError:
@@ -101,6 +131,8 @@ def read_tail_summary(path):
         have_last, end = False, size
         for offset in iter_header_offsets(handle, size):
             header = header_at(handle, offset)
+            if header is not None and header[1] == "prompt":
+                summary["prompts_after"] += is_user_prompt(Record(header[0], header[1], "", header[3]))
             if header is not None and (not have_last or header[1] == "stats"):
                 handle.seek(offset)
                 try:

@@ -1,7 +1,10 @@
 """Tool discovery: which executables the model may call, and what each one says it does.
 
 Data contract:
-- `install_bin_dir()` -> str: realpath of the install's bin/ (the parent of helpers/).
+- `install_bin_dir()` -> str: realpath of the directory holding this install's own executables
+  (nagent_install.scripts_dir: bin/ of a checkout, the console scripts' directory when
+  installed); only the names of nagent_install.TOOLS are taken from it (an installed copy's
+  scripts directory also holds python, pip and whatever else the environment installed).
 - `default_bin_dirs(environ)` -> [install bin, ~/.nagent/bin]; never anything from the cwd, so
   running nagent inside a cloned repository executes none of that repository's code.
 - `default_cache_path(environ)` -> ~/.nagent/cache/tool-descriptions.json.
@@ -25,17 +28,18 @@ import stat
 import subprocess
 
 from nagent_fs import atomic_write, existing_mode
+from nagent_install import HELPERS_DIR, TOOLS, scripts_dir
 from nagent_paths import nagent_home, within
+from nagent_secrets import is_secret_name
 
 NO_DESCRIPTION = "(no description)"
 MAX_DESCRIPTION = 200
 MAX_WORKERS = 8
 CACHE_VERSION = 1
-SECRET_SUFFIXES = ("_API_KEY", "_TOKEN", "_SECRET")
 
 
 def install_bin_dir():
-    return os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
+    return os.path.realpath(scripts_dir() or HELPERS_DIR)
 
 
 def default_bin_dirs(environ=None):
@@ -56,6 +60,7 @@ def _skipped_name(name):
 def list_candidates(bin_dirs):
     """[(name, realpath, size, mtime_ns)] of runnable tools, first dir winning per name."""
     found = {}
+    own = install_bin_dir()
     for raw_dir in bin_dirs:
         if not raw_dir or not os.path.isdir(raw_dir):
             continue
@@ -65,7 +70,7 @@ def list_candidates(bin_dirs):
         except OSError:
             continue
         for name in names:
-            if _skipped_name(name) or name in found:
+            if _skipped_name(name) or name in found or (directory == own and name not in TOOLS):
                 continue
             real = os.path.realpath(os.path.join(directory, name))
             if not within(real, directory):
@@ -91,8 +96,7 @@ def clean_description(raw):
 def _child_environ():
     # A --description run needs no credentials, and relative PATH entries would resolve
     # against whatever directory we happen to be in.
-    env = {name: value for name, value in os.environ.items()
-           if not name.upper().endswith(SECRET_SUFFIXES)}
+    env = {name: value for name, value in os.environ.items() if not is_secret_name(name)}
     env["PATH"] = os.pathsep.join(part for part in env.get("PATH", "").split(os.pathsep)
                                   if os.path.isabs(part))
     return env

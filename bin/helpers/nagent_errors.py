@@ -21,7 +21,21 @@ EXIT_CODES = {
     "incomplete": 11,    # a result was produced but is incomplete (a reply cut by the output limit)
     "gate": 12,          # the response hook refused the final response max_gate_refusals times
     "interrupted": 130,  # Ctrl-C / SIGINT
+    "hangup": 129,       # SIGHUP (the terminal went away): 128 + 1
+    "terminated": 143,   # SIGTERM (kill, a parent's timeout): 128 + 15
 }
+
+
+class ExitSignal(BaseException):
+    """SIGTERM or SIGHUP arrived during a run (raised by nagent_procs.exit_signals). Like
+    KeyboardInterrupt it is not a NagentError, so no `except Exception` swallows it."""
+    NAMES = {1: "SIGHUP", 15: "SIGTERM"}
+
+    def __init__(self, signum):
+        super().__init__(signum)
+        self.signum = signum
+        self.name = self.NAMES.get(signum, f"signal {signum}")
+        self.exit_code = 128 + signum
 
 
 class NagentError(Exception):

@@ -8,25 +8,38 @@ Data contract:
      "source_lines": n, "split_type": name, "target_bytes": n, "created": ISO-8601 UTC,
      "segments": [{"file": basename, "first_line": 1-based, "last_line": inclusive,
                    "start_byte": offset, "end_byte": exclusive, "bytes": n, "sha256": hex,
-                   "summary": str (only when summarised)}]}
-  Concatenating the segment files in order reproduces the source byte for byte (LF, CRLF,
-  mixed, no final newline, BOM kept in the first segment). An empty file has one empty segment
-  (first_line 1, last_line 0). Non-UTF-8 input raises InputError; nothing is decoded lossily.
+                   optional: "summary": str (only when summarised),
+                   "inside": first line of the construct the segment was cut out of,
+                   "mid_line": "start" | "end" | "both" (starts/ends inside a line over the
+                               read limit), "cut_at": "token" | "string" | "char" (how that
+                               line was cut at the segment's end)}]}
+  Every segment is at most max(target_bytes, READ_SPLIT_THRESHOLD_BYTES) bytes. Concatenating
+  the segment files in order reproduces the source byte for byte (LF, CRLF, mixed, no final
+  newline, BOM kept in the first segment). An empty file has one empty segment (first_line 1,
+  last_line 0). Non-UTF-8 input raises InputError; nothing is decoded lossily.
 - `summarize(segment_text, segment_meta) -> str` is an optional callable; it runs for every
   segment before anything is written, so a failing model call leaves the directory untouched.
-- Re-splitting into a directory removes only the segment files the previous index listed.
-- `refresh_split(index_path)` re-splits the index's source with the index's settings, keeping
-  summaries of segments whose bytes did not change. `load_index` validates the schema and
-  raises InputError for a missing or corrupt index.
+- Splitting into a directory that already holds a split never loses work: a split of another
+  file, a listed segment edited since (its sha256 differs from the index and from what the new
+  split writes there), or an unlisted file with a segment's name raises RefusedError with
+  nothing changed, unless `force`, which first copies each such file (and, for another file's
+  split, its index.json) to `<dir>/kept/<UTC stamp>/` and returns their paths as the index's
+  transient "kept_edits" key (never written to index.json). Re-splitting removes only the
+  segment files the previous index listed.
+- `refresh_split(index_path, force=False)` re-splits the index's source with the index's
+  settings under the same rule, keeping summaries of segments whose bytes did not change.
+  `load_index` validates the schema and raises InputError for a missing or corrupt index.
 """
+import codecs
 import json
 import os
 import re
+import shutil
 from datetime import datetime, timezone
 
-from nagent_errors import InputError, UsageError
+from nagent_errors import InputError, RefusedError, UsageError
 from nagent_fs import atomic_write, regular_file_stat, sha256_bytes
-from nagent_splitters import LANGUAGES, split_ranges
+from nagent_splitters import LANGUAGES, looks_like_cpp, split_ranges
 
 INDEX_VERSION = 1
 INDEX_NAME = "index.json"
@@ -38,6 +51,9 @@ ALIASES = {"txt": "text", "md": "markdown", "py": "python", "h": "c", "c++": "cp
            "yml": "yaml", "rs": "rust", "golang": "go", "jsonc": "json"}
 _SEGMENT_NAME = re.compile(r"\d{4,}-[^/\\]*")
 _HEX64 = re.compile(r"[0-9a-f]{64}")
+KEPT_DIR = "kept"
+MID_LINE = ("start", "end", "both")
+CUT_AT = ("token", "string", "char")
 
 
 def now_iso():
@@ -69,9 +85,10 @@ def _sniff_shebang(path):
     return None
 
 
-def detect_split_type(path, explicit=None):
-    """The canonical split type: `explicit` (names or aliases), else by extension, else by a
-    shebang line, else "text". An unknown explicit type is a UsageError."""
+def detect_split_type(path, explicit=None, data=None):
+    """The canonical split type: `explicit` (names or aliases), else by extension (a `.h` whose
+    `data` reads as C++ is cpp), else by a shebang line, else "text". An unknown explicit type
+    is a UsageError."""
     if explicit:
         name = ALIASES.get(explicit.lower().lstrip("."), explicit.lower().lstrip("."))
         if name not in LANGUAGES:
@@ -79,6 +96,8 @@ def detect_split_type(path, explicit=None):
         return name
     ext = os.path.splitext(os.fspath(path))[1].lower()
     found = _extension_table().get(ext)
+    if found == "c" and ext == ".h" and data is not None and looks_like_cpp(data):
+        return "cpp"
     if found:
         return found
     return (_sniff_shebang(path) if not ext else None) or "text"
@@ -104,24 +123,23 @@ def decode_text(data, path):
                          ) from None
 
 
-def byte_line_starts(data):
-    """Byte offset of each line start, then len(data) as a sentinel."""
-    starts = [0]
-    starts.extend(m.end() for m in re.finditer(b"\n", data))
-    if len(starts) > 1 and starts[-1] == len(data):
-        starts.pop()
-    if not data:
-        starts = []
-    starts.append(len(data))
-    return starts
+def check_utf8(data, path):
+    """InputError unless `data` is UTF-8; decodes in 1 MB steps so no text copy is kept."""
+    decoder, step = codecs.getincrementaldecoder("utf-8")(), 1 << 20
+    for offset in range(0, len(data), step):
+        pending = len(decoder.getstate()[0])
+        try:
+            decoder.decode(data[offset:offset + step], final=offset + step >= len(data))
+        except UnicodeDecodeError as error:
+            raise InputError("not UTF-8 text", path,
+                             f"invalid byte at offset {offset - pending + error.start}; only "
+                             "UTF-8 text can be split") from None
 
 
-def plan_segments(data, text, split_type, target_bytes):
-    """[(first_line, end_line)] 0-based line ranges for the segments (one empty for no data)."""
-    starts = byte_line_starts(data)
-    if not data:
-        return [(0, 0)], starts
-    return split_ranges(text, starts, LANGUAGES[split_type], target_bytes), starts
+def plan_segments(data, split_type, target_bytes):
+    """[(start, end, inside, start_mid, end_cut)] byte ranges tiling `data` (one empty range
+    for no data), each at most max(target_bytes, READ_SPLIT_THRESHOLD_BYTES) bytes."""
+    return split_ranges(data, LANGUAGES[split_type], target_bytes, READ_SPLIT_THRESHOLD_BYTES)
 
 
 def segment_names(source_path, count):
@@ -131,13 +149,24 @@ def segment_names(source_path, count):
     return [f"{number:0{width}d}-{stem or base}{ext}" for number in range(1, count + 1)]
 
 
-def segment_records(data, ranges, starts, names):
-    records = []
-    for name, (lo, hi) in zip(names, ranges):
-        chunk = data[starts[lo]:starts[hi]]
-        records.append({"file": name, "first_line": lo + 1, "last_line": hi,
-                        "start_byte": starts[lo], "end_byte": starts[hi], "bytes": len(chunk),
-                        "sha256": sha256_bytes(chunk)})
+def segment_records(data, segments, names):
+    records, line = [], 1
+    for name, (start, end, inside, start_mid, end_cut) in zip(names, segments):
+        chunk = data[start:end]
+        breaks = chunk.count(b"\n")
+        # A segment that ends inside a line ends on that line; an empty one covers none.
+        last = line + breaks - (1 if chunk.endswith(b"\n") or not chunk else 0)
+        record = {"file": name, "first_line": line, "last_line": last, "start_byte": start,
+                  "end_byte": end, "bytes": len(chunk), "sha256": sha256_bytes(chunk)}
+        if inside:
+            record["inside"] = inside
+        if start_mid or end_cut:
+            record["mid_line"] = "both" if start_mid and end_cut else (
+                "start" if start_mid else "end")
+        if end_cut:
+            record["cut_at"] = end_cut
+        records.append(record)
+        line += breaks
     return records
 
 
@@ -171,35 +200,116 @@ def _check_target(target_bytes):
 
 
 def split_file(path, output_dir, target_bytes=DEFAULT_TARGET_BYTES, split_type=None,
-               summarize=None, reuse_summaries=None):
-    """Split `path` into segment files under `output_dir`; returns the index written."""
+               summarize=None, reuse_summaries=None, force=False):
+    """Split `path` into segment files under `output_dir`; returns the index written (plus
+    "kept_edits" when `force` kept copies of edited files)."""
     _check_target(target_bytes)
     real, data = read_source(path)
-    name = detect_split_type(path, split_type)
-    text = decode_text(data, path)
+    name = detect_split_type(path, split_type, data)
+    check_utf8(data, path)
     directory = os.path.abspath(os.fspath(output_dir))
     if os.path.dirname(real) == directory and os.path.basename(real) == INDEX_NAME:
         raise InputError("the source would be overwritten by the index", path,
                          "choose another --output directory")
-    ranges, starts = plan_segments(data, text, name, target_bytes)
-    names = segment_names(real, len(ranges))
+    segments = plan_segments(data, name, target_bytes)
+    names = segment_names(real, len(segments))
     if real in {os.path.join(directory, entry) for entry in names}:
         raise InputError("the source would be overwritten by a segment", path,
                          "choose another --output directory")
-    records = segment_records(data, ranges, starts, names)
+    records = segment_records(data, segments, names)
+    line_count = data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
     index = {"version": INDEX_VERSION, "source": real, "source_sha256": sha256_bytes(data),
-             "source_size": len(data), "source_lines": len(starts) - 1, "split_type": name,
+             "source_size": len(data), "source_lines": line_count, "split_type": name,
              "target_bytes": target_bytes, "created": now_iso(), "segments": records}
+    previous = _previous_index(directory)
+    at_risk = files_at_risk(directory, previous, real, records, force)
     _add_summaries(index, data, summarize, reuse_summaries or {})
     _prepare_dir(output_dir)
-    previous = _previous_index(directory)
+    kept = keep_copies(directory, at_risk, previous and previous["source"] != real)
     for record in records:
         atomic_write(os.path.join(directory, record["file"]),
                      data[record["start_byte"]:record["end_byte"]], sync=False)
     write_index(directory, index)
     if previous:
         _remove_stale(directory, previous, set(names))
-    return index
+    return dict(index, kept_edits=kept) if kept else index
+
+
+def _digest_file(path):
+    """sha256 of a file read without following a symlink; None when it is missing; "link"
+    for a symlink or anything unreadable (treated as changed)."""
+    try:
+        with open(path, "rb", opener=lambda p, f: os.open(p, f | os.O_NOFOLLOW)) as handle:
+            return sha256_bytes(handle.read())
+    except FileNotFoundError:
+        return None
+    except OSError:
+        return "link"
+
+
+def files_at_risk(directory, previous, source, records, force):
+    """Names of the files in `directory` a split of `source` into `records` would destroy:
+    edited listed segments and unlisted files under a segment's name. Raises RefusedError,
+    naming them, unless `force`."""
+    new_hash = {record["file"]: record["sha256"] for record in records}
+    listed = {}
+    if previous:
+        listed = {record["file"]: record["sha256"] for record in previous["segments"]}
+        if previous["source"] != source and not force:
+            raise RefusedError("the output directory holds the split of another file", directory,
+                               f"it splits {previous['source']}; choose another --output, or pass"
+                               " --force to replace it, keeping edited segments first")
+    at_risk = []
+    for name in sorted(set(listed) | set(new_hash)):
+        digest = _digest_file(os.path.join(directory, name))
+        if digest is None or digest == new_hash.get(name):
+            continue
+        if name in listed and digest != listed[name]:
+            at_risk.append(name)
+        elif name not in listed and name in new_hash:
+            at_risk.append(name)
+    if at_risk and not force:
+        edited = all(name in listed for name in at_risk)
+        raise RefusedError("segments have unmerged edits" if edited else
+                           "files in the output directory would be overwritten",
+                           ", ".join(at_risk),
+                           "apply edits with nagent-file-patch first, or pass --force to keep a "
+                           f"copy under {os.path.join(directory, KEPT_DIR)}/ and re-split")
+    return at_risk
+
+
+def keep_copies(directory, names, other_source):
+    """Copy `names` (and index.json when the split was of another file) into a new
+    `<directory>/kept/<UTC stamp>[-n]/`; returns the copies' paths."""
+    if not names and not other_source:
+        return []
+    root = os.path.join(directory, KEPT_DIR)
+    if os.path.islink(root) or (os.path.lexists(root) and not os.path.isdir(root)):
+        # A link here could carry the copies out of the split's directory.
+        raise RefusedError("kept-copies directory is a symlink or not a directory", root,
+                           "remove it, then run again")
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    number = 1
+    while True:
+        folder = os.path.join(root, stamp if number == 1 else f"{stamp}-{number}")
+        try:
+            os.makedirs(folder)
+            break
+        except FileExistsError:
+            number += 1
+        except OSError as error:
+            raise InputError("cannot create the kept-copies directory", folder,
+                             error.strerror) from None
+    kept = []
+    for name in list(names) + ([INDEX_NAME] if other_source else []):
+        target = os.path.join(folder, name)
+        try:
+            shutil.copy2(os.path.join(directory, name), target, follow_symlinks=False)
+        except OSError as error:
+            raise InputError("cannot keep a copy of", os.path.join(directory, name),
+                             error.strerror) from None
+        kept.append(target)
+    return kept
 
 
 def _add_summaries(index, data, summarize, reuse):
@@ -234,9 +344,10 @@ def resolve_index_path(index_path):
     return os.path.join(path, INDEX_NAME) if os.path.isdir(path) else path
 
 
-def refresh_split(index_path, summarize=None, target_bytes=None, split_type=None):
+def refresh_split(index_path, summarize=None, target_bytes=None, split_type=None, force=False):
     """Re-split the index's source into the index's directory with the index's settings
-    (or the given overrides); summaries of byte-identical segments are kept."""
+    (or the given overrides); summaries of byte-identical segments are kept. Unmerged segment
+    edits are refused unless `force` (see split_file)."""
     path = resolve_index_path(index_path)
     index = load_index(path)
     reuse = {record["sha256"]: record["summary"] for record in index["segments"]
@@ -244,7 +355,7 @@ def refresh_split(index_path, summarize=None, target_bytes=None, split_type=None
     return split_file(index["source"], os.path.dirname(path),
                       target_bytes=index["target_bytes"] if target_bytes is None else target_bytes,
                       split_type=split_type or index["split_type"], summarize=summarize,
-                      reuse_summaries=reuse)
+                      reuse_summaries=reuse, force=force)
 
 
 _INT_FIELDS = ("first_line", "last_line", "start_byte", "end_byte", "bytes")
@@ -288,8 +399,11 @@ def validate_index(index):
                 return f"segment {number} field {key} is not an integer"
         if not isinstance(record.get("sha256"), str) or not _HEX64.fullmatch(record["sha256"]):
             return f"segment {number} sha256 is not a hex digest"
-        if "summary" in record and not isinstance(record["summary"], str):
-            return f"segment {number} summary is not a string"
+        for key, allowed in (("summary", None), ("inside", None), ("mid_line", MID_LINE),
+                             ("cut_at", CUT_AT)):
+            if key in record and not (isinstance(record[key], str) and (
+                    allowed is None or record[key] in allowed)):
+                return f"segment {number} {key} is not valid"
     return None
 
 

@@ -38,7 +38,7 @@ import tempfile
 from dataclasses import dataclass
 
 import nagent_split_registry as registry_lib
-from nagent_discovery import install_bin_dir
+from nagent_install import tool_target
 from nagent_errors import EXIT_CODES, InputError, NagentError, RefusedError
 from nagent_file_split_lib import INDEX_NAME, load_index
 from nagent_fs import regular_file_stat, sha256_file
@@ -56,15 +56,19 @@ _ERROR_TYPES = {cls.kind: cls for cls in NagentError.__subclasses__()}
 _KIND_BY_CODE = {code: kind for kind, code in EXIT_CODES.items()}
 
 # Runs a tool under an address-space cap set inside the child itself (no preexec_fn: the loop
-# has a spinner thread), then runs the tool file as __main__ in the same interpreter.
+# has a spinner thread), then runs the tool as __main__ in the same interpreter: the bin/ file
+# of a checkout, or the tool's module when installed (nagent_install.tool_target).
 RUNNER = """import resource, runpy, sys
 limit = int(sys.argv[1])
 if limit > 0:
     hard = resource.getrlimit(resource.RLIMIT_AS)[1]
     limit = limit if hard == resource.RLIM_INFINITY else min(limit, hard)
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-sys.argv = sys.argv[2:]
-runpy.run_path(sys.argv[0], run_name="__main__")
+kind, sys.argv = sys.argv[2], sys.argv[3:]
+if kind == "path":
+    runpy.run_path(sys.argv[0], run_name="__main__")
+else:
+    runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)
 """
 
 
@@ -139,7 +143,8 @@ def _json_object(raw):
 
 def run_tool(name, args, ctx):
     timeout, memory = _limits(ctx)
-    argv = [sys.executable, "-c", RUNNER, str(memory), os.path.join(install_bin_dir(), name), *args]
+    # -P: the tool's cwd ("/") is not put on sys.path.
+    argv = [sys.executable, "-P", "-c", RUNNER, str(memory), *tool_target(name), *args]
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         try:
             proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err, cwd="/",

@@ -13,43 +13,78 @@ from nagent_errors import BusyError, InputError
 
 
 def selected_path(options, environ=None):
-    from nagent_session import resolve_conversation
     environ = dict(os.environ) if environ is None else environ
-    return resolve_conversation(options, environ)[0]
+    if options.get("file_edit"):
+        from nagent_session import resolve_conversation  # finds it in the file-edit index
+        return resolve_conversation(options, environ)[0]
+    # Without --file-edit, no need to load the run's session machinery (start-up time).
+    return lifecycle.selected_conversation(options, environ)[0]
+
+
+def _counts(stats):
+    """A totals dict of a stats record as --status shows it: model calls as "calls"."""
+    data = {key: value for key, value in (stats or {}).items() if key != "turns"}
+    data["calls"] = (stats or {}).get("turns", 0)
+    data["cache_read_share"] = (round(data.get("cache_read_tokens", 0) / data["input_tokens"], 4)
+                                if data.get("input_tokens") else 0.0)
+    return data
+
+
+def _cost(value):
+    return f"${value:.4f}" if value is not None else "unknown, no price for the model"
 
 
 def status(options, settings):
-    from nagent_conversation_tail import read_tail_summary
+    """Path, size, prompts and model calls (apart: a turn is a user prompt), token and cost
+    totals, the last run and call, the window chain, the checkpoint, and the provider, model
+    and config files in effect. Reads only the file's tail (and one tail per earlier window)."""
+    from nagent_conversation_tail import read_tail_summary, window_chain
     path = selected_path(options)
     summary = read_tail_summary(path)
-    stats = (summary.get("stats") or {})
-    totals = stats.get("conversation") or {}
+    stats = summary.get("stats") or {}
+    recorded = stats.get("prompts") if stats else 0
+    prompts = None if recorded is None else recorded + summary.get("prompts_after", 0)
+    totals = _counts(stats.get("conversation")) if stats else {}
+    windows = window_chain(stats)
     data = {"conversation": path, "exists": os.path.exists(path), "size": summary.get("size", 0),
-            "records": summary.get("records", 0), "turns": totals.get("turns", 0),
-            "totals": totals, "last_time": summary.get("last_time"),
-            "windows": stats.get("windows") or [], "checkpoint": checkpoint_path_if_any(path)}
-    lines = [f"conversation: {path}" + ("" if data["exists"] else " (not started)"),
-             f"size: {data['size']} bytes", f"turns: {data['turns']}"]
+            "records": summary.get("records", 0), "prompts": prompts,
+            "model_calls": totals.get("calls", 0), "totals": totals,
+            "last_run": _counts(stats.get("run")) if stats.get("run") else {},
+            "last_call": stats.get("last_call"), "last_time": summary.get("last_time"),
+            "window": len(windows) + 1, "windows": windows, "checkpoint": checkpoint_path_if_any(path),
+            "provider": settings.provider_name, "model": settings.model,
+            "config_files": [{"layer": layer, "path": file} for layer, file in settings.files]}
+    lines = [f"conversation: {path}" + ("" if data["exists"] else ", not started yet"),
+             f"size: {data['size']} bytes, {data['records']} records",
+             "prompts: " + (str(prompts) if prompts is not None
+                            else "not recorded by the older nagent that wrote this file"),
+             f"model calls: {data['model_calls']}"]
     if totals:
-        cost = totals.get("cost_usd")
         lines.append(f"tokens: in {totals.get('input_tokens', 0)} out {totals.get('output_tokens', 0)} "
                      f"cache read {totals.get('cache_read_tokens', 0)} "
-                     f"({totals.get('cache_read_share', 0):.0%}) write {totals.get('cache_write_tokens', 0)}")
-        lines.append("cost: " + (f"${cost:.4f}" if cost is not None else "unknown (no price for model)"))
-    run = stats.get("run") or {}
-    data["last_run"] = run
+                     f"({totals['cache_read_share']:.0%}) write {totals.get('cache_write_tokens', 0)}")
+        lines.append("cost: " + _cost(totals.get("cost_usd")))
+    run = data["last_run"]
     if run:
-        run_cost = run.get("cost_usd")
-        lines.append(f"last run: {run.get('turns', 0)} calls, in {run.get('input_tokens', 0)} "
-                     f"(cache read {run.get('cache_read_share', 0):.0%}) out {run.get('output_tokens', 0)}, "
-                     "cost " + (f"${run_cost:.4f}" if run_cost is not None else "unknown"))
-    data["window"] = len(data["windows"]) + 1
-    if data["windows"]:
-        lines.append(f"window: {data['window']} (earlier windows archived, oldest first):")
-    for number, window in enumerate(data["windows"], start=1):
+        lines.append(f"last run: {run['calls']} calls, in {run.get('input_tokens', 0)} "
+                     f"out {run.get('output_tokens', 0)}, cache read {run['cache_read_share']:.0%}, "
+                     "cost " + _cost(run.get("cost_usd")))
+    call = data["last_call"]
+    if call:
+        elapsed = call.get("elapsed")
+        lines.append(f"last call: {call.get('provider')}/{call.get('model')}, in {call.get('input_tokens', 0)} "
+                     f"out {call.get('output_tokens', 0)}, finish {call.get('finish_reason')}"
+                     + (f", {elapsed:.2f} s" if isinstance(elapsed, (int, float)) else "")
+                     + f", {call.get('attempts', 1)} attempt{'s' if call.get('attempts', 1) != 1 else ''}")
+    if windows:
+        lines.append(f"window: {data['window']}; earlier windows archived, oldest first:")
+    for number, window in enumerate(windows, start=1):
         lines.append(f"previous window {number}: {window}")
     if data["checkpoint"]:
         lines.append(f"checkpoint: {data['checkpoint']}")
+    lines.append(f"provider: {data['provider']}, model {data['model']}")
+    files = ", ".join(f"{item['path']} from {item['layer']}" for item in data["config_files"])
+    lines.append("config files: " + (files or "none, defaults only"))
     from nagent_project_commands import recorded_context_files, status_lines
     data["context_files"] = recorded_context_files(path)
     lines += status_lines(data["context_files"], data["exists"])
@@ -130,25 +165,47 @@ def branch_conversation(options, settings):
                                               else "") + f" into {path}"
 
 
+def human_size(size):
+    for unit, scale in (("GB", 1 << 30), ("MB", 1 << 20), ("kB", 1 << 10)):
+        if size >= scale:
+            return f"{size / scale:.1f} {unit}"
+    return f"{size} B"
+
+
+def table(header, rows):
+    """Left-aligned columns under a header, two spaces apart; the last column is not padded."""
+    widths = [max(len(str(row[i])) for row in [header] + rows) for i in range(len(header) - 1)]
+    return "\n".join("  ".join([str(cell).ljust(width) for cell, width in zip(row, widths)]
+                               + [str(row[-1])]).rstrip() for row in [header] + rows)
+
+
 def list_conversations(options, settings):
+    """One row per conversation (current, saved, archived), newest first within each kind."""
     items = lifecycle.list_conversations()
     mark_windows(items)
-    lines = [f"{item.get('kind', ''):9} {item.get('name', '')}  {item.get('size', 0)} bytes  "
-             f"{item.get('modified', '')}  {item.get('first_prompt', '')!r}"
-             + (f"  (window {item['window']} of {item['window_of']})" if item.get("window_of") else "")
-             for item in items]
-    return {"conversations": items}, "\n".join(lines) or "no conversations yet"
+    rows = []
+    for item in items:
+        kind = item.get("kind", "")
+        if item.get("window_of"):
+            kind = f"window {item['window']} of {item['window_of']}"
+        prompt = item.get("first_prompt", "")
+        rows.append([item.get("name", ""), kind, human_size(item.get("size", 0)),
+                     item.get("modified", "").replace("T", " ")[:16] + "Z",
+                     prompt if len(prompt) <= 60 else prompt[:59] + "…"])
+    if not rows:
+        return {"conversations": items}, "no conversations yet"
+    return {"conversations": items}, table(["NAME", "KIND", "SIZE", "MODIFIED", "FIRST PROMPT"], rows)
 
 
 def mark_windows(items):
-    """Archived windows of a conversation (its stats list them) get `window` and `window_of`."""
-    from nagent_conversation_tail import read_tail_summary
+    """Archived windows of a conversation (its stats name them) get `window` and `window_of`."""
+    from nagent_conversation_tail import read_tail_summary, window_chain
     by_path = {os.path.realpath(item["path"]): item for item in items if item.get("path")}
     for item in items:
         if item.get("kind") == "archived" and item.get("window_of"):
             continue
         try:
-            windows = ((read_tail_summary(item["path"]).get("stats") or {}).get("windows")) or []
+            windows = window_chain(read_tail_summary(item["path"]).get("stats"))
         except (OSError, ValueError, InputError):  # an unreadable file is listed as it is
             continue
         for number, window in enumerate(windows, start=1):

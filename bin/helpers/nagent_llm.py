@@ -166,7 +166,7 @@ def status_error(provider, status, message, error_type="", headers=None):
     elif status == 403:
         fix = "the key lacks permission for this model or endpoint"
     elif status == 404:
-        fix = "check the model name (try --list-models) or the base URL"
+        fix = "check the model name with --list-models, or the base URL"
     elif status == 429:
         fix = "rate limited; wait and retry"
     what = f"{provider} request failed with HTTP {status}"
@@ -219,6 +219,33 @@ def is_malformed(error):
     return isinstance(error, ValueError) and type(error).__module__.startswith("pydantic")
 
 
+def endpoint_url(settings):
+    """The URL the provider's SDK talks to (without any user:password part)."""
+    row = settings.provider
+    url = row.base_url or (settings.environ.get(row.base_url_env) if row.base_url_env else None) \
+        or row.default_base_url or "the SDK's default endpoint"
+    scheme, sep, rest = url.partition("://")
+    host, slash, path = rest.partition("/")
+    return f"{scheme}{sep}{host.rpartition('@')[2]}{slash}{path}" if sep else url
+
+
+def explain(problem, settings):
+    """`problem` worded for its user: a rejected key names the variable it came from, a network
+    failure names the URL, and "after N attempts" joins the value without parentheses."""
+    from nagent_config import key_source
+    status = getattr(problem, "status", None)
+    provider = settings.provider.name
+    if status == 401:
+        source = key_source(settings)
+        problem.what = f"{source} rejected by {provider} with HTTP 401"
+        problem.fix = f"set a valid {provider} key in {source}"
+    elif status == 403:
+        problem.fix = f"the key in {key_source(settings)} lacks permission for this model or endpoint"
+    elif getattr(problem, "error_type", "") in ("connection", "timeout"):
+        problem.what = f"{problem.what} at {endpoint_url(settings)}"
+    return problem
+
+
 def make_client(settings):
     """A provider client for `settings`. A loop keeps one for all its calls: building one
     costs 50-250 ms (TLS context, SDK setup) and a new one opens a new connection."""
@@ -264,11 +291,11 @@ def generate(request, settings, sleep=time.sleep, on_retry=None, client=None, on
             problem = adapter.classify(error, settings)
             if problem is None:
                 raise
-        problem = without_key(problem, settings)
+        problem = explain(without_key(problem, settings), settings)
         lost += "".join(text for _, text in got)
         if not problem.retryable or attempts >= settings.retry.max_attempts:
             if attempts > 1:
-                problem.value = f"{problem.value} (after {attempts} attempts)"
+                problem.value = f"{problem.value}, after {attempts} attempts"
             raise problem from None
         delay = backoff_delay(attempts, settings, problem.retry_after)
         if on_retry:
@@ -338,7 +365,7 @@ def list_models(settings):
                                                                               SetupError)) else error
         if problem is None:
             raise
-        problem = without_key(problem, settings)
+        problem = explain(without_key(problem, settings), settings)
         if not settings.provider.models or getattr(problem, "status", None) in (401, 403):
             raise problem from None
         names, source = list(settings.provider.models), "table"

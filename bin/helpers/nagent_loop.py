@@ -8,6 +8,8 @@ Every prompt, reply (valid or not), result, correction, provider error and inter
 appended as one record before anything else happens, so the file is always the whole truth
 and a killed run loses nothing it had accepted. A run that fails after its prompt was
 written appends a failed-run marker, so the next prompt never reads as part of it.
+Ctrl-C (130), SIGTERM (143) and SIGHUP (129) end the running shell command's process group
+and append an interrupt record naming them.
 - A reply cut off by the output limit is continued only while its text so far parses (valid,
   or invalid only because it is unfinished), at most `max_continuations` times; a stop at a
   stop sequence is a cut at the reply's end (nagent_protocol.parse_response `stopped_at`).
@@ -28,8 +30,9 @@ from dataclasses import dataclass, replace
 
 from nagent_accounting import TokenStats, add_child
 from nagent_conversation import ConversationWriter, utc_now
-from nagent_errors import (EXIT_CODES, LimitError, NagentError, ProtocolFailure, ProviderError,
-                           UsageError)
+from nagent_errors import (EXIT_CODES, ExitSignal, LimitError, NagentError, ProtocolFailure,
+                           ProviderError, UsageError)
+from nagent_procs import exit_signals
 from nagent_requests import build_request
 from nagent_run import DeltaRedactor, Run
 from nagent_run_records import (CONTINUATION_ATTRS, CONTINUE_TEXT, failed_prompt, failure_marker)
@@ -82,7 +85,8 @@ def call_llm(run, purpose="reply"):
     session = run.session
     if run.calls >= session.limits.max_calls:
         raise LimitError("model call limit reached for this invocation", session.limits.max_calls,
-                         "raise max_calls in the config or continue with another prompt")
+                         "raise it with --max-calls N or max_calls in the config, or continue "
+                         "with another prompt")
     request = build_request(run.writer.records(), session.settings.provider,
                             cache_key=session.cache_key)
     number = run.call_started(purpose)
@@ -198,7 +202,8 @@ def run_agent_loop(session, prompt, source="argv", events=None):
     if events is not None:
         events.emit("run_start", conversation=session.path, provider=settings.provider.name,
                     model=settings.model, invocation=session.meta.get("invocation", "user"))
-    with ConversationWriter(session.path, lock_timeout=session.limits.lock_timeout) as writer:
+    with ConversationWriter(session.path, lock_timeout=session.limits.lock_timeout) as writer, \
+            exit_signals():
         if prompt is None:
             prompt = retry_prompt(writer.records(), session.path)
         run = Run(session, writer, events)
@@ -207,6 +212,10 @@ def run_agent_loop(session, prompt, source="argv", events=None):
         except KeyboardInterrupt:
             run.append("interrupt", "The user interrupted the previous run (Ctrl-C).")
             return outcome(run, None, EXIT_CODES["interrupted"], error={"error": "interrupted"})
+        except ExitSignal as stop:
+            # A running shell command's group (and a sub-agent's tree) was ended on the way out.
+            run.append("interrupt", f"The previous run was ended by {stop.name}.")
+            return outcome(run, None, stop.exit_code, error={"error": f"ended by {stop.name}"})
 
 
 def retry_prompt(records, path):
@@ -372,7 +381,7 @@ def final_summary(run, reason):
     response = None
     try:
         limits = run.session.limits
-        run.session = replace(run.session, limits=replace(limits, max_calls=run.calls + 1))
+        run.session = replace(run.session, limits=limits._replace(max_calls=run.calls + 1))
         reply = next_reply(run, limits.max_continuations + 1, purpose="summary")
         parsed = _protocol().parse_response(reply.text, reply.stopped_at)
         if parsed.valid:

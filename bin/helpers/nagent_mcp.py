@@ -29,9 +29,9 @@ def _settings(environ):
 
 
 def server_base_env(settings, environ):
-    from nagent_session import secret_names
+    from nagent_secrets import key_names
     from nagent_shell import scrubbed_env
-    return scrubbed_env(environ, secret_names(settings.providers))
+    return scrubbed_env(environ, key_names(settings.providers.values()))
 
 
 def parse_arguments(text, source="--args"):

@@ -203,7 +203,7 @@ def translate(error, server, watch, timeout):
                           f"check mcp_servers.{name}.command and PATH")
     if isinstance(cause, PermissionError) and server.spec.transport == "stdio" and watch.stage == "start-up":
         return SetupError("MCP server command cannot be run", _redact(f"{name}: {server.command}", server.secrets),
-                          f"check mcp_servers.{name}.command (is it executable?)")
+                          f"check that mcp_servers.{name}.command is executable")
     if isinstance(cause, MCPError):
         from mcp_types import CONNECTION_CLOSED
         if cause.code == CONNECTION_CLOSED:

@@ -79,7 +79,7 @@ def _strings(name, key, value, kind):
 def parse_server(name, entry):
     if not isinstance(name, str) or not NAME_PATTERN.match(name):
         raise ConfigError("invalid MCP server name", repr(name),
-                          "use letters, digits, '.', '_' or '-' (at most 64), starting with a letter or digit")
+                          "use at most 64 letters, digits, '.', '_' or '-', starting with a letter or digit")
     if not isinstance(entry, dict):
         raise ConfigError(f"mcp_servers.{name} must be an object", type(entry).__name__, FIX)
     kind = entry.get("type")

@@ -1,38 +1,41 @@
 """The provider table: one row per provider, the only place provider facts live.
 
-Data contract: `ProviderRow` is a frozen record — name, aliases, key_env (variables tried in
-order), package (import name) and pip hint, default model, adapter (the bin/helpers module
-that talks to that SDK; imported only when a model is called), api ("responses" or "chat"
-for the openai adapter), base_url (None = the SDK default / its *_BASE_URL variable),
-known models, stop-sequence capacity, and the variable its SDK reads for a base URL. `BUILTIN_PROVIDERS` holds the fixed rows;
+Data contract: `ProviderRow` is a frozen record (a namedtuple: every command reads this
+table, and dataclass generation would cost milliseconds at each start) — name, aliases, key_env
+(variables tried in order), package (import name) and pip hint, default model, adapter (the
+bin/helpers module that talks to that SDK; imported only when a model is called), api
+("responses" or "chat" for the openai adapter), base_url (None = the SDK default / its
+*_BASE_URL variable), the SDK's own default URL (shown in connection errors), known models,
+stop-sequence capacity, and the variable its SDK reads for a base URL. `row._replace(...)`
+gives a changed copy. `BUILTIN_PROVIDERS` holds the fixed rows;
 `config_provider_row(name, entry)` turns a config `providers.<name>` entry with a
 `base_url` into an OpenAI-compatible row, so a new endpoint is one config entry, no code;
 `all_rows(entries)` is every row by name given the config's `providers` object, and
 `find_row(name, rows)` picks one by name or alias (ConfigError naming the known ones).
 Nothing here imports an SDK.
 """
-from dataclasses import dataclass, replace
+from collections import namedtuple
 
 from nagent_errors import ConfigError
 
+_FIELDS = (
+    ("name", None), ("aliases", ()), ("key_env", ()), ("package", "openai"),
+    ("pip", "pip install openai"), ("default_model", ""), ("adapter", "nagent_provider_openai"),
+    ("api", "responses"),
+    ("base_url", None),             # None: the SDK's default, or its *_BASE_URL variable
+    ("base_url_env", None),         # variable the SDK reads for its base URL
+    ("default_base_url", None),     # where the SDK goes when neither is set
+    ("key_required", True),
+    ("api_key", None),              # literal key or "${VAR}" from config (never printed)
+    ("models", ()),
+    ("max_stop_sequences", 0),      # 0: the API takes no stop sequences
+    ("context_window", 0),          # tokens; 0 = unknown
+)
 
-@dataclass(frozen=True)
-class ProviderRow:
-    name: str
-    aliases: tuple = ()
-    key_env: tuple = ()
-    package: str = "openai"
-    pip: str = "pip install openai"
-    default_model: str = ""
-    adapter: str = "nagent_provider_openai"
-    api: str = "responses"
-    base_url: str | None = None
-    base_url_env: str | None = None     # variable the SDK reads for its base URL
-    key_required: bool = True
-    api_key: str | None = None          # literal key or "${VAR}" from config (never printed)
-    models: tuple = ()
-    max_stop_sequences: int = 0         # 0: the API takes no stop sequences
-    context_window: int = 0             # tokens; 0 = unknown
+
+class ProviderRow(namedtuple("ProviderRow", [name for name, _ in _FIELDS],
+                             defaults=[default for _, default in _FIELDS[1:]])):
+    __slots__ = ()
 
 
 # The fields a config `providers.NAME` entry may hold (others get an unknown-key warning).
@@ -42,18 +45,21 @@ BUILTIN_PROVIDERS = (
     ProviderRow("openai", key_env=("OPENAI_API_KEY",), package="openai",
                 pip="pip install 'openai>=3.54'", default_model="gpt-5.5",
                 adapter="nagent_provider_openai", api="responses", base_url_env="OPENAI_BASE_URL",
+                default_base_url="https://api.openai.com/v1",
                 models=("gpt-5.5", "gpt-5.5-mini", "gpt-5", "gpt-5-mini", "gpt-4.1"),
                 max_stop_sequences=0, context_window=400_000),
     ProviderRow("anthropic", aliases=("claude",), key_env=("ANTHROPIC_API_KEY",),
                 package="anthropic", pip="pip install 'anthropic>=2.12'",
                 default_model="claude-sonnet-4-6", adapter="nagent_provider_anthropic",
                 api="messages", base_url_env="ANTHROPIC_BASE_URL",
+                default_base_url="https://api.anthropic.com",
                 models=("claude-sonnet-4-6", "claude-opus-4-6", "claude-haiku-4-5"),
                 max_stop_sequences=8, context_window=200_000),
     ProviderRow("google", aliases=("gemini",), key_env=("GOOGLE_API_KEY", "GEMINI_API_KEY"),
                 package="google.genai", pip="pip install 'google-genai>=3.4'",
                 default_model="gemini-2.5-flash", adapter="nagent_provider_google",
                 api="generateContent", base_url_env="GOOGLE_GEMINI_BASE_URL",
+                default_base_url="https://generativelanguage.googleapis.com",
                 models=("gemini-2.5-flash", "gemini-2.5-pro", "gemini-2.5-flash-lite"),
                 max_stop_sequences=5, context_window=1_000_000),
     ProviderRow("cursor", key_env=("CURSOR_API_KEY",), package="cursor_agent",
@@ -102,7 +108,7 @@ def config_provider_row(name, entry):
             overrides["key_env"] = tuple(key_env)
         if models is not None:
             overrides["models"] = tuple(models)
-        return replace(base, **overrides)
+        return base._replace(**overrides)
     if not entry.get("base_url"):
         raise ConfigError(f"{where} needs a base_url (an OpenAI-compatible endpoint)", name,
                           f'add "base_url" to {where} in the config')

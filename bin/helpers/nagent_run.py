@@ -3,29 +3,31 @@
 Data contract: `Run(session, writer)` holds the session (see nagent_session), the
 ConversationWriter that owns the conversation file while the lock is held, this run's and
 the conversation's token totals (the latter continued from the file's last "stats" record),
-the window chain, the number of model calls made, and one provider client for the whole run.
+the window chain, the number of model calls made and of user prompts in the conversation, and
+one provider client for the whole run.
 Everything durable goes through `append`, which redacts the session's secrets first; every
 model call, whoever makes it, is announced with `call_started(purpose)` and counted with
-`count_call(result, purpose)`, which appends a "stats" record. `events` (nagent_events.Events;
-quiet by default) receives what the run reports as it goes, through `emit`; `DeltaRedactor`
-passes streamed text on with the session's secrets blanked, holding back a tail that may be the
-start of one.
+`count_call(result, purpose)`, which appends a "stats" record (its one-line format is
+nagent_stats_format's). `events` (nagent_events.Events; quiet by default) receives what the run
+reports as it goes, through `emit`; `DeltaRedactor` passes streamed text on with the session's
+secrets blanked, holding back a tail that may be the start of one.
 It sits below nagent_loop and nagent_window so both (and nagent_compact) use it without
 importing each other.
 """
-import json
-
 import nagent_llm
 from nagent_accounting import TokenStats, add_result, call_cost
 from nagent_cli import redact
-from nagent_conversation_tail import last_stats
+from nagent_conversation_tail import last_stats, window_chain
 from nagent_events import Events
+from nagent_run_records import is_user_prompt
+from nagent_stats_format import encode_stats
 
 USAGE_FIELDS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens",
                 "reasoning_tokens", "estimated")
 
 LAST_CALL_FIELDS = ("provider", "model", "input_tokens", "output_tokens", "cache_read_tokens",
-                    "cache_write_tokens", "finish_reason", "elapsed", "attempts", "estimated")
+                    "cache_write_tokens", "reasoning_tokens", "finish_reason", "elapsed",
+                    "attempts", "estimated")
 
 
 class Run:
@@ -37,9 +39,12 @@ class Run:
         self.events = Events() if events is None else events
         self.actions_run = 0
         self.run_stats = TokenStats()
-        previous = last_stats(writer.records())
+        records = writer.records()
+        previous = last_stats(records)
         self.conv_stats = TokenStats.from_dict((previous or {}).get("conversation", {}))
-        self.windows = list((previous or {}).get("windows") or [])
+        self.windows = window_chain(previous)
+        # A new window carries every user prompt, so the current file holds them all.
+        self.prompts = sum(1 for record in records if is_user_prompt(record))
         self.calls = 0
         self.recent_actions = []
         self.gate_refusals = 0  # final responses the response hook refused in this run
@@ -49,14 +54,15 @@ class Run:
         return redact(text, self.session.secrets)
 
     def append(self, kind, body, attrs=None):
-        return self.writer.append(kind, self.redact(body), attrs)
+        record = self.writer.append(kind, self.redact(body), attrs)
+        self.prompts += is_user_prompt(record)
+        return record
 
     def record_stats(self, result=None):
-        body = {"conversation": self.conv_stats.as_dict(), "run": self.run_stats.as_dict(),
-                "windows": self.windows}
-        if result is not None:
-            body["last_call"] = {key: getattr(result, key) for key in LAST_CALL_FIELDS}
-        self.append("stats", json.dumps(body, sort_keys=True))
+        call = None if result is None else {key: getattr(result, key) for key in LAST_CALL_FIELDS}
+        self.append("stats", encode_stats(
+            self.conv_stats.as_dict(), self.run_stats.as_dict(), call, window=len(self.windows) + 1,
+            previous=self.windows[-1] if self.windows else None, prompts=self.prompts))
 
     def provider_client(self):
         if self.client is None:

@@ -8,8 +8,9 @@ flags when None).
 `Session` is frozen plain data: conversation path, settings, limits, write mode, the action
 context (built on first use from `make_action_context`: the action handlers and the file tools
 they import are not needed before the first reply asks for an action, and importing them costs
-start-up time before the first request), a factory for the initial context, meta for a new conversation, the prompt-cache
-key and the secret values that must never be written anywhere.
+start-up time before the first request), a factory for the initial context, meta for a new
+conversation, the prompt-cache key, the secret values that must never be written anywhere, and
+start-up warnings (e.g. the sandbox working from $HOME), one line each.
 Every setting comes from the Settings fields (loop limits are `settings.loop`, the shell policy is
 built from `settings.shell`, sub-agent limits from `settings.agents`, file tool limits from
 `settings.file_tools`); nothing here reads config.
@@ -20,11 +21,11 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Callable
 
-from nagent_cli import secret_values
-from nagent_config import api_key_for, expand_env_reference, resolve_settings
+from nagent_config import api_key_for, resolve_settings
 import nagent_conversation_layout as layout
-from nagent_errors import SetupError
 from nagent_fs import regular_file_stat
+import nagent_sandbox
+from nagent_secrets import key_names, secret_values
 from nagent_write_policy import WriteMode
 
 
@@ -41,6 +42,7 @@ class Session:
     secrets: tuple = ()
     pid: str = ""
     file_edit: dict | None = None
+    warnings: tuple = ()        # printed on stderr before the run
 
     @cached_property
     def action_context(self):
@@ -52,40 +54,9 @@ def shell_policy(settings):
     shell = settings.shell
     policy = ShellPolicy(timeout=shell.timeout, output_cap=shell.output_cap, approval=shell.approval,
                          sandbox=shell.sandbox, sandbox_network=shell.network,
-                         writable=shell.writable)
+                         writable=shell.writable, env=shell.env)
     check_policy(policy)
     return policy
-
-
-def require_sandbox(policy, environ):
-    """A bwrap sandbox that cannot start stops the run before any model call (exit 4), rather
-    than failing every shell action later."""
-    import shutil
-    if policy.sandbox == "bwrap" and not shutil.which("bwrap", path=environ.get("PATH", os.defpath)):
-        raise SetupError("bwrap not found", "shell_sandbox is bwrap",
-                         "install bubblewrap (apt-get install bubblewrap) or use --shell-sandbox none")
-
-
-def config_secrets(providers, environ):
-    """Key values the config's provider entries refer to (literal or ${VAR}), so redaction
-    covers them too. `providers` is settings.providers."""
-    found = []
-    for row in providers.values():
-        if row.api_key:
-            value = expand_env_reference(row.api_key, environ)
-            if isinstance(value, str) and len(value) >= 6:
-                found.append(value)
-    return found
-
-
-def secret_names(providers):
-    """Every variable a provider key may live in: the table's and the config's ${VAR} references."""
-    names = set()
-    for row in providers.values():
-        names.update(row.key_env)
-        if isinstance(row.api_key, str) and row.api_key.startswith("${") and row.api_key.endswith("}"):
-            names.add(row.api_key[2:-1])
-    return tuple(sorted(names))
 
 
 def check_conversation(options, environ):
@@ -110,9 +81,7 @@ def resolve_conversation(options, environ):
         target = os.path.realpath(record["path"])
         mode = WriteMode(kind="file-edit", target=target, target_id=record["file_id"])
         return layout.conversation_path(record["conversation"], environ), mode, record, pid
-    if options.get("conversation"):
-        return layout.conversation_path(options["conversation"], environ), WriteMode(), None, pid
-    return layout.default_conversation_path(environ, pid=pid), WriteMode(), None, pid
+    return layout.selected_conversation(options, environ)[0], WriteMode(), None, pid
 
 
 def require_sdk(row):
@@ -149,13 +118,18 @@ def file_edit_facts(record, context_module, action_context):
 
 
 def shell_environ(environ):
-    """The environment actions run in: the tool list the model reads says "Tools on PATH"."""
+    """The environment actions run in: the tool list the model reads says "Tools on PATH". An
+    installed copy's scripts directory also holds its environment's python and pip: it goes
+    last, so the project's own python stays the one a shell action finds."""
     from nagent_discovery import default_bin_dirs
+    from nagent_install import checkout_bin_dir
     env = dict(environ)
     parts = [part for part in env.get("PATH", "").split(os.pathsep) if part]
-    for directory in reversed(default_bin_dirs(env)):
-        if os.path.isdir(directory) and directory not in parts:
-            parts.insert(0, directory)
+    own, home_bin = default_bin_dirs(env)
+    if os.path.isdir(home_bin) and home_bin not in parts:
+        parts.insert(0, home_bin)
+    if os.path.isdir(own) and own not in parts:
+        parts.insert(0 if checkout_bin_dir() else len(parts), own)
     env["PATH"] = os.pathsep.join(parts)
     return env
 
@@ -172,12 +146,14 @@ def build_session(options, environ, cwd, settings=None):
     api_key_for(settings)
     require_sdk(settings.provider)
     policy, run_environ = shell_policy(settings), shell_environ(environ)
-    require_sandbox(policy, run_environ)
+    # A sandbox that cannot start (exit 4) or cannot protect nagent's own files (exit 10) stops
+    # the run here, before any model call, rather than failing every shell action later.
+    warnings = nagent_sandbox.prepare(policy, cwd, run_environ)
     path, mode, record, pid = resolve_conversation(options, environ)
     side_dir = layout.side_dir(path)
     depth = int(options.get("depth") or 0)
-    secrets = tuple(sorted(set(secret_values(environ)) | set(config_secrets(settings.providers, environ)),
-                           key=len, reverse=True))
+    rows = settings.providers.values()
+    secrets = secret_values(rows, environ)   # every key nagent knows: never written anywhere
     def make_action_context():
         from nagent_actions import ActionContext
         return ActionContext(
@@ -186,9 +162,7 @@ def build_session(options, environ, cwd, settings=None):
             max_depth=settings.agents.max_depth, agent_timeout=settings.agents.timeout,
             file_tool_timeout=settings.file_tools.timeout,
             file_tool_memory=settings.file_tools.memory_mb << 20,
-            secret_names=secret_names(settings.providers), secrets=secrets,
-            nagent_bin=os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(__file__))),
-                                    "nagent"),
+            secret_names=key_names(rows), secrets=secrets,
         )
 
     def initial_context():
@@ -208,5 +182,5 @@ def build_session(options, environ, cwd, settings=None):
         path=path, settings=settings, limits=settings.loop, write_mode=mode,
         make_action_context=make_action_context, initial_context=initial_context, meta=meta,
         cache_key="nagent-" + hashlib.sha256(os.path.basename(path).encode()).hexdigest()[:24],
-        secrets=secrets, pid=pid, file_edit=record,
+        secrets=secrets, pid=pid, file_edit=record, warnings=warnings,
     )

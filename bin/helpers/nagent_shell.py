@@ -1,16 +1,19 @@
-"""Run one <nagent-shell> action: approval, scrubbed environment, timeout, output cap, sandbox.
+"""Run one <nagent-shell> action: approval, environment, timeout, output cap, sandbox.
 
 Data contract:
 - `ShellPolicy` (frozen) says how to run: timeout seconds, per-stream inline byte cap
   (shown as head + tail halves), approval (auto | confirm | deny), sandbox (none | bwrap),
-  whether the sandbox may use the network, and extra writable dirs for the sandbox.
+  whether the sandbox may use the network, extra writable dirs for the sandbox, and extra
+  variable names the sandbox passes in (`env`).
 - `run_shell(command, cwd, policy, side_dir, environ=None, confirm=None, secret_names=(),
   secrets=())` -> ShellOutcome; every value in `secrets` is replaced by "[redacted]" in both
-  streams before anything is kept (side files included); `secret_names` are extra variables to
-  drop (e.g. ones a config's
-  api_key refers to).
+  streams before anything is kept (side files included); `secret_names` are the variables a
+  provider key may live in (nagent_secrets.key_names): never passed to a command.
   The command text is written to a 0600 script file in `side_dir` and run as
-  `/bin/bash FILE` (or /bin/sh) in its own session, stdin closed, with `scrubbed_env()`.
+  `/bin/bash FILE` (or /bin/sh) in its own session, stdin closed. Unsandboxed it gets
+  `scrubbed_env()` (everything but keys and NAGENT_* internals); sandboxed, only the
+  allowlist of nagent_sandbox.sandbox_env, inside nagent_sandbox.bwrap_command.
+  Approval (confirm) asks through nagent_approval.ask_on_tty.
   Streams go to temp files in `side_dir`; a stream larger than the cap (or binary) is kept
   whole as `shell-{stamp}-{n}.stdout|.stderr` there and only head + tail are returned.
   On timeout the whole process group gets SIGTERM, then SIGKILL after a grace period.
@@ -18,27 +21,25 @@ Data contract:
   so a background child holding the streams open never hangs or outlives the call.
   A refused command (approval) is never started: `refused` says why, exit_code is None.
 - `format_shell_result(outcome) -> str` is the body of <nagent-shell-result>.
-- `bwrap_command(script_path, cwd, policy, environ) -> argv` builds the bubblewrap argv:
-  / read-only, cwd + temp roots + `policy.writable` writable, ~/.nagent read-only,
-  network unshared unless `policy.sandbox_network`. Raises SetupError if bwrap is missing.
 Errors: ConfigError for a bad policy, InputError for a missing cwd, SetupError when the
-shell or bwrap cannot be started. Command failures are outcomes, not exceptions.
+shell or bwrap cannot be started, RefusedError when the sandbox cannot protect nagent's own
+files (nagent_sandbox.plan). Command failures are outcomes, not exceptions. An exit signal
+(nagent_errors.ExitSignal) or Ctrl-C while a command runs ends its whole group first.
 """
 import os
-import shutil
 import signal
 import subprocess
 import tempfile
 import time
 from dataclasses import dataclass
 
+from nagent_approval import ask_on_tty
 from nagent_errors import ConfigError, InputError, SetupError
-from nagent_paths import within_any
+from nagent_procs import end_group, wait
+from nagent_sandbox import bwrap_command, sandbox_env, shell_path
 
 APPROVALS = ("auto", "confirm", "deny")
 SANDBOXES = ("none", "bwrap")
-PROVIDER_KEY_NAMES = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GOOGLE_API_KEY", "GEMINI_API_KEY",
-                      "CURSOR_API_KEY")
 KILL_GRACE = 2.0
 NO_TERMINAL = "shell approval needs a terminal; command not run"
 DENIED = "shell commands are disabled (shell_approval: deny); command not run"
@@ -53,6 +54,7 @@ class ShellPolicy:
     sandbox: str = "none"
     sandbox_network: bool = False
     writable: tuple = ()
+    env: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -72,8 +74,10 @@ class ShellOutcome:
 
 
 def scrubbed_env(environ, extra_secret_names=()):
-    """The environment a shell command sees: no provider keys, no internal NAGENT_* vars."""
-    secret = {name.upper() for name in (*PROVIDER_KEY_NAMES, *extra_secret_names)}
+    """The environment an unsandboxed command sees: everything but provider keys (the named ones
+    and any *_API_KEY) and internal NAGENT_* vars. The user's other tokens (GITHUB_TOKEN ...)
+    stay, for the tools that need them; their values are still redacted from the output."""
+    secret = {name.upper() for name in extra_secret_names}
     env = {}
     for name, value in environ.items():
         upper = name.upper()
@@ -98,33 +102,6 @@ def check_policy(policy):
 
 # -- approval -----------------------------------------------------------------------------
 
-def _printable(text):
-    # Escape control characters so a command cannot repaint the prompt it is approved from.
-    return "".join(ch if ch.isprintable() or ch in "\n\t" else f"\\x{ord(ch):02x}" for ch in text)
-
-
-def ask_on_tty(command, tty_path="/dev/tty"):
-    """Ask the user on the controlling terminal. True/False, or None when there is no terminal."""
-    try:
-        fd = os.open(tty_path, os.O_RDWR | os.O_NOCTTY)
-    except OSError:
-        return None
-    try:
-        shown = "\n".join("    " + line for line in _printable(command).splitlines() or [""])
-        os.write(fd, f"nagent wants to run this shell command:\n{shown}\nRun it? [y/N] ".encode())
-        answer = b""
-        while not answer.endswith(b"\n"):
-            chunk = os.read(fd, 256)
-            if not chunk:
-                break
-            answer += chunk
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    return answer.decode("utf-8", "replace").strip().lower() in ("y", "yes")
-
-
 def _refusal(command, policy, confirm):
     if policy.approval == "deny":
         return DENIED
@@ -135,91 +112,6 @@ def _refusal(command, policy, confirm):
         if not answer:
             return DECLINED
     return None
-
-
-# -- sandbox ------------------------------------------------------------------------------
-
-def _shell_path():
-    return "/bin/bash" if os.access("/bin/bash", os.X_OK) else "/bin/sh"
-
-
-def _writable_roots(cwd, policy, environ):
-    candidates = [cwd, "/tmp", environ.get("TMPDIR") or "", *policy.writable]
-    roots = []
-    for path in sorted({os.path.realpath(p) for p in candidates if p}, key=len):
-        # A dir already inside a writable root needs no bind of its own.
-        if not within_any(path, roots, inclusive=True):
-            roots.append(path)
-    return roots
-
-
-def bwrap_command(script_path, cwd, policy, environ):
-    bwrap = shutil.which("bwrap", path=environ.get("PATH", os.defpath))
-    if not bwrap:
-        raise SetupError("bwrap not found", "", "install bubblewrap: apt-get install bubblewrap")
-    cwd = os.path.abspath(cwd)
-    argv = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
-    for root in _writable_roots(cwd, policy, environ):
-        argv += ["--bind-try", root, root]
-    home = environ.get("HOME")
-    if home:
-        state = os.path.realpath(os.path.join(home, ".nagent"))
-        # Bound last so it stays read-only even when it sits inside a writable root.
-        argv += ["--ro-bind-try", state, state]
-    if not policy.sandbox_network:
-        argv.append("--unshare-net")
-    # A private pid namespace: when the sandbox's main process ends, everything in it ends.
-    argv += ["--unshare-pid", "--die-with-parent", "--chdir", cwd, _shell_path(), script_path]
-    return argv
-
-
-# -- process handling ---------------------------------------------------------------------
-
-def _group_alive(pgid):
-    """True while a non-zombie process is in the group (zombies answer kill(0) too)."""
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        names = os.listdir("/proc")
-    except OSError:
-        return True
-    for name in names:
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as handle:
-                fields = handle.read().rsplit(b")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
-            return True
-    return False
-
-
-def _signal_group(pgid, signum):
-    try:
-        os.killpg(pgid, signum)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def _end_group(proc, grace=KILL_GRACE):
-    """SIGTERM the process group, SIGKILL whatever is left after `grace` seconds, reap."""
-    pgid = proc.pid
-    if proc.poll() is not None and not _group_alive(pgid):
-        return
-    _signal_group(pgid, signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline:
-        if proc.poll() is not None and not _group_alive(pgid):
-            break
-        time.sleep(0.02)
-    _signal_group(pgid, signal.SIGKILL)
-    proc.wait()
 
 
 # -- output -------------------------------------------------------------------------------
@@ -309,15 +201,21 @@ def run_shell(command, cwd, policy, side_dir, environ=None, confirm=None, secret
     cwd = os.path.abspath(cwd)
     if not os.path.isdir(cwd):
         raise InputError("shell working directory not found", cwd)
-    reason = _refusal(command, policy, confirm)
-    if reason:
-        return _refused_outcome(reason, policy)
+    if policy.approval == "deny":
+        return _refused_outcome(DENIED, policy)
     os.makedirs(side_dir, mode=0o700, exist_ok=True)
     script = _write_script(side_dir, command)
     paths = []
     try:
-        argv = (bwrap_command(script, cwd, policy, environ) if policy.sandbox == "bwrap"
-                else [_shell_path(), script])
+        # The sandbox is planned before the user is asked: one it refuses asks nothing.
+        if policy.sandbox == "bwrap":
+            argv = bwrap_command(script, cwd, policy, environ)
+            env = sandbox_env(environ, policy, secret_names)
+        else:
+            argv, env = [shell_path(), script], scrubbed_env(environ, secret_names)
+        reason = _refusal(command, policy, confirm)
+        if reason:
+            return _refused_outcome(reason, policy)
         fds = []
         try:
             for _ in range(2):
@@ -325,17 +223,17 @@ def run_shell(command, cwd, policy, side_dir, environ=None, confirm=None, secret
                 fds.append(fd)
                 paths.append(path)
             started = time.monotonic()
-            proc = _start(argv, cwd, scrubbed_env(environ, secret_names), fds[0], fds[1])
+            proc = _start(argv, cwd, env, fds[0], fds[1])
         finally:
             for fd in fds:
                 os.close(fd)
         timed_out = False
         try:
-            proc.wait(timeout=policy.timeout)
+            wait(proc, policy.timeout)
         except subprocess.TimeoutExpired:
             timed_out = True
         finally:
-            _end_group(proc)
+            end_group(proc, KILL_GRACE)
         seconds = time.monotonic() - started
         out_final, err_final = _side_names(side_dir)
         out_text, out_size, out_file = _collect(paths[0], policy.output_cap, out_final, secrets)

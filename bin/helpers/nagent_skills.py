@@ -22,7 +22,6 @@ Data contract:
 - `skill_dicts(skills)` -> JSON-ready dicts for `nagent --list-skills --json`.
 """
 import os
-import shutil
 from collections import namedtuple
 
 from nagent_context_layers import printable, read_regular
@@ -110,6 +109,8 @@ def parse_skill(path, directory, source, environ):
                     problems.append("requires.bins and requires.env must be lists of names")
                 bins, env = bins or (), env or ()
     path_value = environ.get("PATH", os.defpath)
+    if bins:
+        import shutil  # not at the top: shutil imports bz2, lzma and fnmatch, --config lists skills
     missing = tuple([f"bin {one_line(b, NAME_CAP)}" for b in bins if not shutil.which(b, path=path_value)]
                     + [f"env {one_line(e, NAME_CAP)}" for e in env if not environ.get(e)])
     return Skill(name, description, path, source, bins, env, missing, tuple(problems), ())

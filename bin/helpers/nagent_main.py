@@ -1,0 +1,109 @@
+"""`nagent`: the conversation loop's command line (bin/nagent in a checkout, the `nagent` console
+script when installed). Appends the prompt to the conversation file, calls the LLM, runs the
+tagged actions it asks for, and prints its final response; or runs one lifecycle flag.
+
+Data contract: `DESCRIPTION` is the --description line, `build_parser()` the argparse parser
+(every flag has a help text; the flags a parent passes to a sub-agent are accepted but hidden
+from --help), `main(argv, started=None) -> exit code`, and `run()` is main under the shared error
+convention (nagent_cli.run_main: with --json an error is one JSON object shaped like a run's,
+with --events an "error" and a "run_end" line), for the console script and the bin/ shim.
+"""
+import sys
+import time
+
+from nagent_cli import early_exit, run_main
+
+PROG = "nagent"
+DESCRIPTION = "Main agent loop: run a prompt against the conversation file for this shell (nagent \"prompt\")."
+
+LIFECYCLE = ("status", "clear", "save_conversation", "load_conversation", "branch_conversation",
+             "list_conversations", "summarize", "edit_conversation", "list_models", "list_file_edits",
+             "compact", "config", "trust", "list_skills")
+
+
+def build_parser():
+    import argparse
+    from nagent_cli import PROVIDER_FLAGS, add_output_flags, add_setting_flags, argument_parser
+    parser = argument_parser(prog=PROG, description=DESCRIPTION,
+                             epilog="The prompt comes from argv, piped stdin, or argv text then stdin "
+                                    "when the last argument is '-'. By default a prompt continues "
+                                    "this shell's conversation; -n starts a fresh one. A turn is one "
+                                    "user prompt and everything it led to, up to the next prompt.")
+    parser.add_argument("prompt", nargs="*", help="the prompt (a trailing '-' appends stdin)")
+    parser.add_argument("-n", "--new", action="store_true",
+                        help="start a fresh conversation for this shell, archiving the current one "
+                             "as --clear does, then run the prompt")
+    add_output_flags(parser)
+    parser.add_argument("--description", action="store_true", help="print a one-line description")
+    where = parser.add_argument_group("conversation")
+    where.add_argument("--conversation", metavar="NAME", help="use the named conversation")
+    where.add_argument("--pid", help="conversation id instead of this shell's, see the README")
+    where.add_argument("--file-edit", metavar="PATH", help="per-file edit session on PATH")
+    life = parser.add_argument_group("lifecycle")
+    life.add_argument("--status", action="store_true",
+                      help="this conversation: path, size, prompts, model calls, totals, provider, "
+                           "model and config files")
+    life.add_argument("--clear", action="store_true", help="start afresh; the old file is archived")
+    life.add_argument("--save-conversation", metavar="NAME", help="save a copy under NAME")
+    life.add_argument("--force", action="store_true",
+                      help="with --save-conversation: replace an existing NAME, archiving it first")
+    life.add_argument("--load-conversation", metavar="NAME", help="archive current, load NAME")
+    life.add_argument("--branch-conversation", metavar="NAME", nargs="?", const="",
+                      help="new current conversation from NAME, or from the current one")
+    life.add_argument("--turn", type=int, metavar="N",
+                      help="with --branch-conversation: keep the first N turns, a turn being one "
+                           "user prompt and what followed it")
+    life.add_argument("--list-conversations", action="store_true",
+                      help="every conversation: current, saved and archived, one row each")
+    life.add_argument("--summarize", action="store_true", help="LLM summary of the conversation")
+    life.add_argument("--edit-conversation", metavar="INSTRUCTION",
+                      help="rewrite the conversation with a per-file edit session")
+    life.add_argument("--compact", action="store_true",
+                      help="start a new window now: checkpoint, then rebuild")
+    life.add_argument("--list-models", action="store_true", help="models of the provider")
+    life.add_argument("--list-file-edits", action="store_true", help="this shell's per-file edit index")
+    life.add_argument("--config", action="store_true",
+                      help="print the settings in effect and where each comes from, keys redacted")
+    project = parser.add_argument_group("project")
+    project.add_argument("--trust", action="store_true",
+                         help="trust this project's .nagent/bin tools; asked again when they change")
+    project.add_argument("--list-skills", action="store_true",
+                         help="skills in ~/.nagent/skills and <project>/.nagent/skills")
+    run = parser.add_argument_group("run")
+    add_setting_flags(run, PROVIDER_FLAGS + ("max_calls", "shell.approval", "shell.sandbox",
+                                             "shell.timeout", "hooks.response"))
+    run.add_argument("--retry", action="store_true", help="re-run the last prompt, when its run failed")
+    # Set by a parent nagent for its sub-agents: accepted, never shown.
+    parser.add_argument("--invocation", choices=("user", "delegated"), default="user",
+                        help=argparse.SUPPRESS)
+    parser.add_argument("--parent-conversation", metavar="PATH", help=argparse.SUPPRESS)
+    parser.add_argument("--depth", type=int, default=0, help=argparse.SUPPRESS)
+    return parser
+
+
+def main(argv=None, started=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if early_exit(argv, PROG, DESCRIPTION):
+        return 0
+    args = build_parser().parse_args(argv)
+    args.started = started  # the origin of the run's event times ("t"); None: the run's start
+    import nagent_commands
+    chosen = [name for name in LIFECYCLE if getattr(args, name) not in (None, False)]
+    if chosen:
+        return nagent_commands.run_lifecycle(chosen, vars(args))
+    return nagent_commands.run_prompt(vars(args))
+
+
+def json_document(error):
+    """--json output of a run that ended with an error outside the loop (usage, config, setup)."""
+    from nagent_output import error_document
+    return error_document(error, getattr(error, "context", None))
+
+
+def run():
+    started = time.monotonic()
+    return run_main(lambda argv: main(argv, started), json_document=json_document, events=True)
+
+
+if __name__ == "__main__":
+    sys.exit(run())

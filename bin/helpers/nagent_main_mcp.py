@@ -1,0 +1,114 @@
+"""`nagent-mcp`: list the tools of configured MCP servers and call them (official `mcp` SDK).
+
+Data contract: as every nagent_main_* module: `DESCRIPTION`, `build_parser()`, `main(argv) ->
+exit code`, `run()` (main under nagent_cli.run_main) for the console script and the bin/ shim;
+`run_command(args)` does what the parsed command line asks.
+"""
+import os
+import sys
+
+from nagent_cli import early_exit, run_main
+
+PROG = "nagent-mcp"
+DESCRIPTION = ("Use MCP server tools: `nagent-mcp --list [SERVER]` shows tools and their arguments, "
+               "`nagent-mcp call SERVER TOOL --args JSON` runs one; --json for scripts.")
+EPILOG = """examples:
+  nagent-mcp --list                     every configured server and its tools
+  nagent-mcp --list time --json
+  nagent-mcp call time get_current_time --args '{"timezone": "Europe/Paris"}'
+  echo '{"timezone": "UTC"}' | nagent-mcp call time get_current_time
+
+Servers come from "mcp_servers" in ~/.nagent/config.json (the mcpServers shape of Claude Code
+and Cursor). Exit codes: 0 ok, 1 the tool reported an error, 2 usage, 3 configuration,
+4 setup (SDK or server command missing), 5 the server failed (start-up, exit, timeout)."""
+
+
+def build_parser():
+    import argparse
+    from nagent_cli import argument_parser
+    from nagent_mcp import DEFAULT_TIMEOUT
+    parser = argument_parser(prog=PROG, description=DESCRIPTION, epilog=EPILOG,
+                             formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("words", nargs="*", metavar="call SERVER TOOL",
+                        help="call TOOL of SERVER; arguments from --args or JSON on stdin")
+    parser.add_argument("--list", nargs="?", const="", metavar="SERVER",
+                        help="list the configured servers' tools (or one server's)")
+    parser.add_argument("--args", metavar="JSON", help="the tool's arguments as a JSON object")
+    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, metavar="SECONDS",
+                        help=f"stop a server that has not answered after this long (default {DEFAULT_TIMEOUT:g})")
+    parser.add_argument("--json", action="store_true", help="print one JSON object (errors too)")
+    parser.add_argument("--description", action="store_true", help="print a one-line description")
+    return parser
+
+
+def warn(lines):
+    from nagent_cli import redact
+    for line in lines:
+        if line:
+            sys.stderr.write(redact("Warning: " + line) + "\n")
+
+
+def run_command(args):
+    import nagent_mcp
+    from nagent_cli import emit_json, report_error
+    from nagent_errors import UsageError
+    if args.list is not None:
+        if args.words:
+            raise UsageError("--list takes no other arguments", " ".join(args.words), "nagent-mcp --list [SERVER]")
+        servers, error = nagent_mcp.list_servers(args.list or None, dict(os.environ), args.timeout)
+        warn(server["warning"] for server in servers)
+        if args.json:
+            emit_json({"servers": servers, **({"error": error.as_dict()} if error else {})})
+        elif not servers:
+            print("no MCP servers configured (add mcp_servers to ~/.nagent/config.json; see the README)")
+        else:
+            from nagent_mcp_render import list_text
+            sys.stdout.write(list_text(servers))
+        if error:             # the listing is printed; the first failure sets the exit code
+            report_error(error)
+            return error.exit_code
+        return 0
+    if len(args.words) != 3 or args.words[0] != "call":
+        raise UsageError("expected --list [SERVER] or call SERVER TOOL", " ".join(args.words),
+                         "see nagent-mcp --help")
+    _, server, tool = args.words
+    if args.args is not None:
+        arguments = nagent_mcp.parse_arguments(args.args)
+    elif not sys.stdin.isatty():
+        arguments = nagent_mcp.parse_arguments(sys.stdin.read(), "JSON on stdin")
+    else:
+        arguments = {}
+    outcome = nagent_mcp.call(server, tool, arguments, dict(os.environ), args.timeout)
+    warn([outcome["warning"]])
+    if args.json:
+        emit_json(outcome)
+    else:
+        sys.stdout.write(outcome["text"])
+    if outcome["is_error"]:
+        failure = nagent_mcp.tool_failure(outcome)
+        report_error(failure)
+        return failure.exit_code
+    return 0
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if early_exit(argv, PROG, DESCRIPTION):
+        return 0
+    from nagent_errors import NagentError
+    json_mode = "--json" in argv
+    try:
+        return run_command(build_parser().parse_args(argv))
+    except NagentError as error:
+        if json_mode:
+            from nagent_cli import emit_json
+            emit_json(error.as_dict())
+        raise
+
+
+def run():
+    return run_main(main)
+
+
+if __name__ == "__main__":
+    sys.exit(run())

@@ -1,0 +1,98 @@
+"""Every secret nagent knows, in one place, and the process hardening that keeps them from children.
+
+Data contract:
+- `SECRET_SUFFIXES`: a variable whose name ends with one of these is a secret wherever it appears
+  (GITHUB_TOKEN, AWS_SECRET_ACCESS_KEY, DB_PASSWORD ...).
+- `key_names(rows)` -> sorted tuple of the variables a provider key may live in: every provider
+  row's key variables (the table's and a config's `api_key_env`) and every `${VAR}` a row's
+  `api_key` refers to. No shell command ever receives these.
+- `secret_names(rows, environ)` -> key_names plus every variable of `environ` named with a
+  SECRET_SUFFIX: all the variables whose values are secrets.
+  `rows` are nagent_providers.ProviderRow values (`all_rows(config).values()`).
+- `secret_values(rows, environ)` -> tuple of secret values, longest first: the values those
+  names hold in `environ`, plus every literal `api_key` of a row. Values shorter than
+  MIN_SECRET_LEN are left out (blanking "abc" everywhere would only destroy output).
+- `redact(text, values)` -> text with each value replaced by REDACTED (longest first).
+- `known_secrets(environ)` -> secret_values for the providers the config files define; for
+  error reporters that hold no session. A config that cannot be read falls back to the
+  provider table and the environment.
+- `make_undumpable()` sets PR_SET_DUMPABLE to 0 for this process (as ssh-agent does): a child
+  running as the same non-root user can then read neither /proc/<nagent>/environ nor its
+  memory, nor attach a debugger. Returns True when it took effect; never raises.
+What this does not cover, and the README says so: root (it reads any process and file), keys in
+files on disk, and output a command transformed (base64, rev): redaction is the second line of
+defence, not the first.
+"""
+import os
+
+SECRET_SUFFIXES = ("_API_KEY", "_TOKEN", "_SECRET", "_PASSWORD", "_ACCESS_KEY", "_SECRET_KEY")
+MIN_SECRET_LEN = 6
+REDACTED = "[redacted]"
+PR_SET_DUMPABLE = 4
+
+
+def is_secret_name(name):
+    return name.upper().endswith(SECRET_SUFFIXES)
+
+
+def _reference(value):
+    """"${VAR}" -> "VAR", anything else -> None."""
+    if isinstance(value, str) and value.startswith("${") and value.endswith("}") and len(value) > 3:
+        return value[2:-1]
+    return None
+
+
+def key_names(rows):
+    names = set()
+    for row in rows:
+        names.update(row.key_env)
+        reference = _reference(row.api_key)
+        if reference:
+            names.add(reference)
+    return tuple(sorted(names))
+
+
+def secret_names(rows, environ):
+    rows = tuple(rows)
+    return tuple(sorted(set(key_names(rows)) | {name for name in environ if is_secret_name(name)}))
+
+
+def secret_values(rows, environ):
+    rows = tuple(rows)
+    found = {environ.get(name) or "" for name in secret_names(rows, environ)}
+    for row in rows:
+        if isinstance(row.api_key, str) and not _reference(row.api_key):
+            found.add(row.api_key)
+    return tuple(sorted((value for value in found if len(value) >= MIN_SECRET_LEN),
+                        key=lambda value: (-len(value), value)))
+
+
+def redact(text, values):
+    if not text:
+        return text
+    for value in values:
+        if value in text:
+            text = text.replace(value, REDACTED)
+    return text
+
+
+def known_secrets(environ=None):
+    environ = os.environ if environ is None else environ
+    # Imported here, not at the top: every tool imports this module at start-up (through
+    # nagent_cli), and only an error report needs the config.
+    from nagent_config import resolve_settings
+    from nagent_providers import BUILTIN_PROVIDERS
+    try:
+        rows = resolve_settings({}, environ).providers.values()
+    except Exception:  # noqa: BLE001 - a report must not fail; the config may be what failed
+        rows = BUILTIN_PROVIDERS
+    return secret_values(rows, environ)
+
+
+def make_undumpable():
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False

@@ -1,0 +1,146 @@
+"""Every segment fits the inline read limit; memory stays linear (issue 11 items 1 and 2).
+
+Generated adversarial inputs, small enough for the suite: constructs far over the limit with no
+natural boundary inside, single lines over the limit (minified code, one huge string literal),
+and a patch round trip over segments cut inside a line."""
+import json
+import os
+import subprocess
+import sys
+
+from base import HELPERS, HermeticTestCase
+
+import nagent_file_patch_lib as patch_lib
+import nagent_file_split_lib as split_lib
+
+LIMIT = split_lib.READ_SPLIT_THRESHOLD_BYTES
+
+
+def adversarial_inputs():
+    """{name: bytes}: each one defeated the splitter before (a segment over the limit)."""
+    statements = "".join(f"    total_{n} = compute(total_{n - 1}, {n})  # step {n}\n"
+                         for n in range(1, 4000))
+    c_body = "".join(f"    acc = mix(acc, table[{n}] ^ {n}u);\n" for n in range(6000))
+    minified = "".join(f"function f{n}(a,b){{return a+b*{n}}};var s{n}=\"x;y,{n}\";"
+                       for n in range(5000))
+    return {
+        "huge_def.py": ("import os\n\n\ndef build_tables():\n    total_0 = 0\n" + statements + "    return 1\n\n\ndef small():\n    pass\n"),
+        "huge_fn.c": "#include <stdint.h>\n\nint one(void) { return 1; }\n\nunsigned hash(unsigned acc)\n{\n" + c_body + "    return acc;\n}\n",
+        "minified.js": minified + "\n",
+        "one_string.js": "const blob = \"" + "ab\\\"cd\\\\" * 30000 + "\";\nconst after = 1;\n",
+        "one_string.py": "DATA = '''" + "ab\\'''c" * 30000 + "'''\n",
+        "one_line.json": json.dumps({f"key{n}": [n, f"v{n}", {"a": n}] for n in range(8000)}),
+        "no_spaces.txt": "x" * 200_000 + "\n" + "é" * 50_000,
+        "dense_list.md": "# T\n\nIntro.\n\n## Items\n" + "".join(f"- item {n} with some words\n" for n in range(9000)),
+        "deep.json": "[" * 3000 + "1" + "]" * 3000 + "\n" + "{\"k\": [" + "0," * 60000 + "0]}\n",
+        "deep_lines.c": "void f(void)\n{\n" + "    if (x) {\n" * 15000 + "}\n" * 15001,
+        "deep_lines.py": "".join(" " * n + "if x:\n" for n in range(0, 1200)) + "pass\n" * 10,
+        "crlf_big_class.py": ("import os\r\n\r\n\r\nclass Big:\r\n" + "".join(f"    attr_{n} = {n}\r\n"
+                                                        for n in range(9000))),
+    }
+
+
+class SegmentBoundTest(HermeticTestCase):
+    def split(self, name, data, target=split_lib.DEFAULT_TARGET_BYTES):
+        source = self.write_file(name, data, "wb")
+        out = os.path.join(self.tmp, "out-" + name)
+        index = split_lib.split_file(source, out, target)
+        parts = []
+        for record in index["segments"]:
+            with open(os.path.join(out, record["file"]), "rb") as handle:
+                parts.append(handle.read())
+        self.assertEqual(b"".join(parts), data)
+        return index, parts, out
+
+    def test_every_segment_fits_the_read_limit(self):
+        for name, text in adversarial_inputs().items():
+            data = text.encode("utf-8")
+            self.assertGreater(len(data), LIMIT, name)
+            for target in (split_lib.DEFAULT_TARGET_BYTES, LIMIT):
+                with self.subTest(name=name, target=target):
+                    index, parts, _ = self.split(name, data, target)
+                    self.assertGreater(len(parts), 1)
+                    for record, part in zip(index["segments"], parts):
+                        self.assertLessEqual(len(part), LIMIT, record)
+                        part.decode("utf-8")  # never inside a UTF-8 sequence
+
+    def test_cuts_inside_a_construct_are_recorded(self):
+        index, parts, _ = self.split("huge_def.py", adversarial_inputs()["huge_def.py"].encode())
+        self.assertEqual([r.get("inside") for r in index["segments"]][:2],
+                         [None, "def build_tables():"])
+        self.assertTrue(all(r.get("inside") == "def build_tables():"
+                            for r in index["segments"][1:-1]))
+        self.assertEqual(index["segments"][-1].get("inside"), None)
+        self.assertTrue(parts[1].startswith(b"def build_tables():\n"))
+        self.assertTrue(all(part.startswith(b"    total_") for part in parts[2:-1]))
+        index, parts, _ = self.split("big.py", b"x = 1\n\n\n" + adversarial_inputs()
+                                     ["huge_def.py"].encode() + b"\n\ny = 2\n")
+        self.assertNotIn("inside", index["segments"][0])
+        self.assertEqual(index["segments"][1].get("inside"), "def build_tables():")
+
+    def test_long_lines_are_cut_at_token_boundaries_and_marked(self):
+        index, parts, _ = self.split("minified.js", adversarial_inputs()["minified.js"].encode())
+        records = index["segments"]
+        self.assertEqual(records[0]["mid_line"], "end")
+        self.assertEqual(records[-1]["mid_line"], "start")
+        for record, part in zip(records[:-1], parts[:-1]):
+            self.assertEqual(record["cut_at"], "token")
+            self.assertTrue(part.endswith((b";", b"}", b",")), part[-40:])
+            self.assertEqual(part.count(b'"') % 2, 0, "cut inside a string literal")
+        for record in records[1:-1]:
+            self.assertEqual(record["mid_line"], "both")
+            self.assertEqual(record["first_line"], 1)
+            self.assertEqual(record["last_line"], 1)
+        index, parts, _ = self.split("one_string.js", adversarial_inputs()["one_string.js"].encode())
+        self.assertEqual(index["segments"][0]["cut_at"], "token")  # before the string opens
+        self.assertTrue(all(r["cut_at"] in ("string", "char") for r in index["segments"][1:-2]))
+        self.assertEqual(index["segments"][-2]["mid_line"], "start")
+
+    def test_patch_merges_segments_cut_inside_a_line(self):
+        data = adversarial_inputs()["minified.js"].encode()
+        index, parts, out = self.split("minified.js", data)
+        middle = index["segments"][len(parts) // 2]
+        path = os.path.join(out, middle["file"])
+        old = parts[len(parts) // 2]
+        new = old.replace(b"return a+b*", b"return a-b*", 1)
+        self.assertNotEqual(new, old)
+        with open(path, "wb") as handle:
+            handle.write(new)
+        result = patch_lib.patch_from_index(os.path.join(out, "index.json"))
+        self.assertEqual(result["status"], "applied")
+        self.assertEqual(result["changed_segments"], [middle["file"]])
+        with open(os.path.join(self.cwd, "minified.js"), "rb") as handle:
+            self.assertEqual(handle.read(), data.replace(old, new, 1))
+
+
+# VmHWM is the peak RSS of this process's own memory since exec; ru_maxrss would also count
+# the pages a fork copied from the (larger) test process.
+PEAK_SCRIPT = r"""
+import sys
+sys.path.insert(0, sys.argv[1])
+import nagent_file_split_lib as lib
+def hwm():
+    with open("/proc/self/status") as handle:
+        return next(int(l.split()[1]) for l in handle if l.startswith("VmHWM:"))
+base = hwm()
+lib.split_file(sys.argv[2], sys.argv[3])
+print(base, hwm())
+"""
+
+
+class MemoryBoundTest(HermeticTestCase):
+    def test_peak_memory_is_linear_on_one_huge_string_literal(self):
+        """A 2 MB string literal once needed ~170 bytes of memory per character."""
+        size = 2_000_000
+        cases = {"s.py": b'DATA = """' + b"a\\n" * (size // 3) + b'"""\n',
+                 "s.js": b'var s = "' + b"\\t" * (size // 2) + b'";\n',
+                 "s.c": b'const char *s = "' + b"\\\\" * (size // 2) + b'";\n'}
+        for name, data in cases.items():
+            source = self.write_file(name, data, "wb")
+            proc = subprocess.run([sys.executable, "-c", PEAK_SCRIPT, HELPERS, source,
+                                   os.path.join(self.tmp, "out-" + name)],
+                                  capture_output=True, text=True, timeout=120)
+            self.assertEqual(proc.returncode, 0, proc.stderr)
+            base, peak = (int(value) * 1024 for value in proc.stdout.split())
+            with self.subTest(name=name):
+                self.assertLess(peak - base, 10 * len(data), (base, peak))
