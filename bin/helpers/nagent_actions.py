@@ -13,31 +13,21 @@ An action hook (settings.hooks.action, nagent_hooks.check_action) runs before ea
 <nagent-next>: exit 0 lets the action run, exit 2 makes the result a refusal carrying the hook's
 output, anything else (a timeout, a crash) an error result; the action then does not run. The
 hook's run rides along in `ActionOutcome.hook` for the loop to record.
-A sub-agent is a child `nagent` in conversation `agent-{uuid4 hex}-{conversation pid}`. On
-its timeout (or when this process is interrupted or signalled) the child gets SIGTERM, ends
-its own shell commands and records why; after AGENT_TERM_GRACE seconds the child and every
-process it left are killed. A timed-out child's tokens still count: they are read from the
-last stats record of its conversation.
+Consecutive <nagent-agent> actions are one batch (`process_agents`): children run concurrently,
+at most `max_parallel` at once, and their outcomes come back in tag order. The processes, their
+timeouts and how they end are nagent_agents'; a child that timed out or was cut off still counts
+its tokens (read from its conversation). `execute_agent` is a batch of one.
 """
-import json
 import os
-import signal
-import subprocess
-import uuid
 from dataclasses import dataclass, field, replace
 
-import nagent_conversation_lifecycle as lifecycle
-from nagent_conversation_tail import read_tail_summary
+from nagent_agents import child_name, run_children
 from nagent_errors import NagentError
 from nagent_file_split_lib import READ_SPLIT_THRESHOLD_BYTES
 from nagent_file_tools import (BINARY_SNIFF_BYTES, DEFAULT_MEMORY, DEFAULT_TIMEOUT, describe_split,
                                looks_binary, patch_registered, split_for_read)
 from nagent_hooks import check_action
-from nagent_install import tool_argv
-from nagent_procs import end_process_tree
 from nagent_protocol_blocks import result_block
-
-AGENT_TERM_GRACE = 5.0   # a timed-out child's time to end its shell groups and record why
 
 
 @dataclass(frozen=True)
@@ -58,6 +48,7 @@ class ActionContext:
     secrets: tuple = ()          # key values: blanked in shell output, side files included
     file_tool_timeout: float = DEFAULT_TIMEOUT   # split/patch tool processes
     file_tool_memory: int = DEFAULT_MEMORY       # their address-space cap in bytes, 0 = none
+    max_parallel: int = 4        # sub-agents of one batch running at once
 
 
 @dataclass(frozen=True)
@@ -67,6 +58,7 @@ class ActionOutcome:
     child: dict | None = None
     failed: bool = False
     hook: object = None          # the action hook's run (nagent_hooks.HookRun), recorded first
+    cut_off: str = ""            # a sub-agent's conversation name when the run's end cut it off
 
 
 def error_block(tag, message, attrs=None):
@@ -211,82 +203,87 @@ def execute_shell(action, ctx):
                          failed=outcome.exit_code != 0)
 
 
-def child_command(ctx, name):
-    settings = ctx.settings
-    command = [*tool_argv("nagent"), "--conversation", name, "--pid", ctx.pid,
-               "--invocation", "delegated", "--parent-conversation", ctx.conversation,
-               "--depth", str(ctx.depth + 1), "--json"]
-    if settings is not None:
-        command += ["--provider", settings.provider.name, "--model", settings.model]
-    return command + list(ctx.extra_args) + ["-"]
+def agent_outcome(result, attrs):
+    """The <nagent-agent-result> of a child's ChildResult (see nagent_agents)."""
+    totals = result.totals or {}
+    attrs = dict(attrs, tokens_in=str(totals.get("input_tokens", 0)),
+                 tokens_out=str(totals.get("output_tokens", 0)))
+    child = totals or None
+    if result.status == "finished":
+        output = result.response if result.response is not None else (result.error_line or "(no output)")
+        body = f"exit_code: {result.exit_code}\noutput:\n{output}"
+        return ActionOutcome(result_block("nagent-agent-result", body, attrs), child=child,
+                             failed=result.exit_code != 0)
+    if result.status == "timed_out":
+        body = f"error: sub-agent {result.reason}; it and its commands were ended"
+    elif result.status == "cut_off":
+        body = (f"error: sub-agent cut off: the run was ended by {result.reason}; it and its "
+                "commands were ended (its conversation keeps what it did)")
+    elif result.status == "not_started":
+        body = f"error: sub-agent not started: the run was ended by {result.reason}"
+    else:
+        body = f"error: {result.reason}"
+    attrs["status"] = "error"
+    cut = result.name if result.status in ("cut_off", "not_started") else ""
+    return ActionOutcome(result_block("nagent-agent-result", body, attrs), child=child,
+                         failed=True, cut_off=cut)
 
 
-def child_name(ctx):
-    """A sub-agent's conversation: a full UUID plus the conversation pid passed through (the
-    same for every agent of one shell), never this process's OS pid."""
-    return f"agent-{uuid.uuid4().hex}-{lifecycle.sanitize(ctx.pid) or 'none'}"
+def agent_job(action, ctx):
+    """(name, task, None) of a sub-agent to start, or (name, None, error outcome)."""
+    name = child_name(ctx.pid)
+    attrs = {"conversation": name, "tokens_in": "0", "tokens_out": "0"}
+    if ctx.depth + 1 > ctx.max_depth:
+        return name, None, error_block("nagent-agent-result", f"sub-agent nesting limit "
+                                       f"({ctx.max_depth}) reached; do this task yourself", attrs)
+    task = action.body.strip()
+    if not task:
+        return name, None, error_block("nagent-agent-result", "empty task", attrs)
+    return name, task, None
 
 
-def child_totals(name, ctx):
-    """The token totals a child recorded in its conversation (its last stats record): what a
-    child that timed out, or died without printing JSON, still spent."""
-    try:
-        stats = read_tail_summary(lifecycle.conversation_path(name, ctx.environ))["stats"]
-    except NagentError:
-        return {}
-    totals = (stats or {}).get("run")
-    return totals if isinstance(totals, dict) else {}
+def process_agents(actions, ctx, ready, watch=None, hooks=True):
+    """Consecutive <nagent-agent> actions as one batch: the action hook checks each (in tag
+    order, before any starts), the children run concurrently (nagent_agents.run_children, at
+    most ctx.max_parallel at once), and `ready(position, outcome)` gets each outcome in tag
+    order as soon as every one before it is in. An interruption still reports every action
+    (cut off, not started) before it propagates."""
+    outcomes, flushed = [None] * len(actions), 0
+    hook_runs, jobs = {}, []
+
+    def flush():
+        nonlocal flushed
+        while flushed < len(outcomes) and outcomes[flushed] is not None:
+            flushed += 1
+            ready(flushed - 1, outcomes[flushed - 1])
+
+    for position, action in enumerate(actions):
+        hook = check_action(action, ctx) if hooks else None
+        if hook is not None and hook.status() != "accepted":
+            outcomes[position] = hook_refusal(action, hook)
+            continue
+        name, task, early = agent_job(action, ctx)
+        if early is not None:
+            outcomes[position] = replace(early, hook=hook)
+            continue
+        hook_runs[position] = hook
+        jobs.append((position, name, task))
+    flush()
+
+    def done(position, result):
+        attrs = {"conversation": result.name}
+        outcomes[position] = replace(agent_outcome(result, attrs), hook=hook_runs.get(position))
+        flush()
+
+    run_children(jobs, ctx, done, watch)
+    flush()
 
 
 def execute_agent(action, ctx):
-    task = action.body.strip()
-    name = child_name(ctx)
-    attrs = {"conversation": name, "tokens_in": "0", "tokens_out": "0"}
-    if ctx.depth + 1 > ctx.max_depth:
-        return error_block("nagent-agent-result", f"sub-agent nesting limit ({ctx.max_depth}) reached; "
-                           "do this task yourself", attrs)
-    if not task:
-        return error_block("nagent-agent-result", "empty task", attrs)
-    try:
-        # The task goes on stdin: argv breaks past 128 KiB and on a leading "-".
-        proc = subprocess.Popen(child_command(ctx, name), stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                cwd=ctx.cwd, env=ctx.environ)
-    except OSError as error:
-        return error_block("nagent-agent-result", f"cannot start sub-agent: {error.strerror}", attrs)
-    timed_out = False
-    try:
-        out, err = proc.communicate(task, timeout=ctx.agent_timeout)
-    except subprocess.TimeoutExpired:
-        # The child's shell commands run in sessions of their own: the child ends them on
-        # SIGTERM; whatever is left after the grace period is killed with the whole tree.
-        timed_out = True
-        out, err = end_process_tree(proc, AGENT_TERM_GRACE)
-    except KeyboardInterrupt:
-        # Ctrl-C on the terminal reached the child too (same process group): let it finish first.
-        end_process_tree(proc, AGENT_TERM_GRACE, signals=(None, signal.SIGTERM))
-        raise
-    except BaseException:
-        end_process_tree(proc, AGENT_TERM_GRACE)   # SIGTERM, SIGHUP: the child ends with us
-        raise
-    try:
-        data = json.loads(out) if out.strip() and not timed_out else {}
-    except json.JSONDecodeError:
-        data = {}
-    totals = data.get("totals") if isinstance(data.get("totals"), dict) else child_totals(name, ctx)
-    attrs.update(tokens_in=str(totals.get("input_tokens", 0)), tokens_out=str(totals.get("output_tokens", 0)))
-    if timed_out:
-        attrs["status"] = "error"
-        body = f"error: sub-agent timed out after {ctx.agent_timeout:g} s; it and its commands were ended"
-        return ActionOutcome(result_block("nagent-agent-result", body, attrs), child=totals or None,
-                             failed=True)
-    output = data.get("response")
-    if output is None:
-        lines = [line for line in err.splitlines() if line.strip()]
-        output = lines[-1] if lines else "(no output)"
-    body = f"exit_code: {proc.returncode}\noutput:\n{output}"
-    return ActionOutcome(result_block("nagent-agent-result", body, attrs), child=totals or None,
-                         failed=proc.returncode != 0)
+    """One sub-agent (process_action already ran the action hook)."""
+    got = []
+    process_agents([action], ctx, lambda _position, outcome: got.append(outcome), hooks=False)
+    return got[0]
 
 
 def execute_next(action, ctx):

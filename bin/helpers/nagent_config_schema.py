@@ -151,6 +151,8 @@ SCHEMA = (
         field="max_depth"),
     Key("agent_timeout", "float", 1800.0, "seconds a sub-agent may run", 1, section="agents",
         field="timeout"),
+    Key("max_parallel_agents", "int", 4, "sub-agents of one reply running at once", 1,
+        flag="--max-parallel-agents", section="agents", field="max_parallel"),
     Key("file_tool_timeout", "float", 300.0, "seconds a file split or patch tool may run", 0.1,
         section="file_tools", field="timeout"),
     Key("file_tool_memory_mb", "int", 4096, "memory cap of a file split or patch tool, MiB; 0 none",

@@ -9,7 +9,13 @@ appended as one record before anything else happens, so the file is always the w
 and a killed run loses nothing it had accepted. A run that fails after its prompt was
 written appends a failed-run marker, so the next prompt never reads as part of it.
 Ctrl-C (130), SIGTERM (143) and SIGHUP (129) end the running shell command's process group
-and append an interrupt record naming them.
+(and every running sub-agent's tree) and append an interrupt record naming them and the
+sub-agents they cut off (attribute cut_off: their conversation names).
+- Actions run in reply order; consecutive <nagent-agent> tags are one batch run concurrently
+  (nagent_actions.process_agents), a barrier for what follows, results in tag order.
+- Before each model call (a turn boundary, never inside a call or an action), messages sent
+  with `nagent --send` are appended as prompts with source="inbox"; the run keeps its run file
+  (nagent_run_presence) up to date at call and action boundaries.
 - A reply cut off by the output limit is continued only while its text so far parses (valid,
   or invalid only because it is unfinished), at most `max_continuations` times; a stop at a
   stop sequence is a cut at the reply's end (nagent_protocol.parse_response `stopped_at`).
@@ -19,8 +25,9 @@ The outcome is plain data: the final response (cleaned; at exit 8 the last inval
 text, with `valid` False), exit code, turns, this run's and the conversation's token totals.
 As it goes the run emits events (nagent_events; `events` None is quiet): run_start, prompt,
 model_call_start/end, reply_delta (only when a sink wants deltas: the calls are then
-streamed), retry, reply (valid, final), note, action_start/end and response (once a
-response hook, if any, accepted it). The caller emits error and run_end. Nothing here prints
+streamed), retry, reply (valid, final), note, action_start/end, agents (the running children of a
+batch, whenever they or what they do change; an empty list when the batch is over) and
+response (once a response hook, if any, accepted it). The caller emits error and run_end. Nothing here prints
 but the initial context's warnings.
 """
 import json
@@ -35,6 +42,7 @@ from nagent_errors import (EXIT_CODES, ExitSignal, LimitError, NagentError, Prot
 from nagent_procs import exit_signals
 from nagent_requests import build_request
 from nagent_run import DeltaRedactor, Run
+from nagent_run_presence import action_label, deliver_inbox, late_messages, progress, registered
 from nagent_run_records import (CONTINUATION_ATTRS, CONTINUE_TEXT, failed_prompt, failure_marker)
 from nagent_window import maybe_compact
 
@@ -106,6 +114,7 @@ def call_llm(run, purpose="reply"):
 
     import nagent_llm
     run.calls += 1
+    progress(run, f"model call {run.calls}")
     try:
         result = nagent_llm.generate(request, session.settings, on_retry=on_retry,
                                      client=run.provider_client(),
@@ -148,30 +157,94 @@ def repeated_too_often(run, actions, limit):
     return bool(run.recent_actions) and run.recent_actions[-1][1] >= limit
 
 
-def process_tags(run, actions):
-    """Run each action in order, appending its result (and any continuation prompt)."""
-    # Not needed before the first reply that asks for actions: imported here, off start-up.
-    from nagent_action_view import action_result, action_summary
-    from nagent_actions import process_action
+def record_outcome(run, action, outcome):
+    if outcome.hook:
+        run.append("hook", *outcome.hook.record())
+    if outcome.block:
+        run.append("result", outcome.block, {"action": action.kind})
+    if outcome.prompt is not None:
+        run.append("prompt", outcome.prompt, {"source": "next"})
+    if outcome.child:
+        run.run_stats = add_child(run.run_stats, outcome.child)
+        run.conv_stats = add_child(run.conv_stats, outcome.child)
+        run.record_stats()
+    if outcome.cut_off:
+        run.cut_off.append(outcome.cut_off)
+
+
+def action_groups(actions):
+    """The reply's actions in order, consecutive <nagent-agent> tags as one batch."""
+    groups = []
     for action in actions:
-        run.actions_run += 1
-        summary = run.redact(action_summary(action))
-        run.emit("action_start", index=run.actions_run, kind=action.kind, summary=summary)
-        started = time.monotonic()
-        outcome = process_action(action, run.session.action_context)
-        view = action_result(action, outcome, time.monotonic() - started)
-        view["outcome"] = run.redact(view["outcome"])
-        run.emit("action_end", index=run.actions_run, kind=action.kind, summary=summary, **view)
-        if outcome.hook:
-            run.append("hook", *outcome.hook.record())
-        if outcome.block:
-            run.append("result", outcome.block, {"action": action.kind})
-        if outcome.prompt is not None:
-            run.append("prompt", outcome.prompt, {"source": "next"})
-        if outcome.child:
-            run.run_stats = add_child(run.run_stats, outcome.child)
-            run.conv_stats = add_child(run.conv_stats, outcome.child)
-            run.record_stats()
+        if action.kind == "agent" and groups and groups[-1][0].kind == "agent":
+            groups[-1].append(action)
+        else:
+            groups.append([action])
+    return groups
+
+
+def start_action(run, action):
+    """Announce an action: (its index in the run, its redacted one-line summary)."""
+    from nagent_action_view import action_summary  # off start-up: needed once actions come
+    run.actions_run += 1
+    summary = run.redact(action_summary(action))
+    run.emit("action_start", index=run.actions_run, kind=action.kind, summary=summary)
+    return run.actions_run, summary
+
+
+def end_action(run, action, start, outcome, seconds):
+    from nagent_action_view import action_result
+    view = action_result(action, outcome, seconds)
+    view["outcome"] = run.redact(view["outcome"])
+    run.emit("action_end", index=start[0], kind=action.kind, summary=start[1], **view)
+
+
+def process_tags(run, actions):
+    """Run the actions in reply order, appending each result (and any continuation prompt); a
+    batch of agents runs concurrently and is a barrier, its results appended in tag order."""
+    from nagent_actions import process_action
+    ctx = run.session.action_context
+    for group in action_groups(actions):
+        if group[0].kind == "agent":
+            run_batch(run, group, ctx)
+            continue
+        action = group[0]
+        start = start_action(run, action)
+        progress(run, action_label(action))
+        began = time.monotonic()
+        outcome = process_action(action, ctx)
+        end_action(run, action, start, outcome, time.monotonic() - began)
+        record_outcome(run, action, outcome)
+
+
+def run_batch(run, group, ctx):
+    """Consecutive agents, concurrently (nagent_actions.process_agents): each announced in tag
+    order, each result appended and announced in tag order; while they run, an "agents" event
+    whenever the running children or what they do changes (the display's table of children)."""
+    from nagent_actions import process_agents
+    began = time.monotonic()
+    starts = [start_action(run, action) for action in group]
+    progress(run, f"agents: {len(group)}")
+    shown = []
+
+    def ready(position, outcome):
+        end_action(run, group[position], starts[position], outcome, time.monotonic() - began)
+        record_outcome(run, group[position], outcome)
+
+    def watch(views):
+        progress(run, f"agents: {len(views)} of {len(group)} running")
+        rows = [{"index": starts[view["index"]][0], "conversation": view["name"], "pid": view["pid"],
+                 "action": run.redact(view["action"]) if view["action"] else None,
+                 "elapsed": view["elapsed"], "calls": view["calls"]} for view in views]
+        key = [(row["index"], row["action"]) for row in rows]
+        if key != shown:
+            shown[:] = key
+            run.emit("agents", running=rows, total=len(group))
+
+    try:
+        process_agents(group, ctx, ready, watch)
+    finally:
+        run.emit("agents", running=[], total=len(group))
 
 
 def continuable(text):
@@ -203,19 +276,36 @@ def run_agent_loop(session, prompt, source="argv", events=None):
         events.emit("run_start", conversation=session.path, provider=settings.provider.name,
                     model=settings.model, invocation=session.meta.get("invocation", "user"))
     with ConversationWriter(session.path, lock_timeout=session.limits.lock_timeout) as writer, \
-            exit_signals():
+            exit_signals(), registered(session) as instance:
         if prompt is None:
             prompt = retry_prompt(writer.records(), session.path)
         run = Run(session, writer, events)
+        run.instance = instance
         try:
-            return _loop(run, prompt, source)
+            done = _loop(run, prompt, source)
         except KeyboardInterrupt:
-            run.append("interrupt", "The user interrupted the previous run (Ctrl-C).")
+            text, attrs = interrupt_record(run, "The user interrupted the previous run (Ctrl-C).")
+            run.append("interrupt", text, attrs)
             return outcome(run, None, EXIT_CODES["interrupted"], error={"error": "interrupted"})
         except ExitSignal as stop:
             # A running shell command's group (and a sub-agent's tree) was ended on the way out.
-            run.append("interrupt", f"The previous run was ended by {stop.name}.")
+            text, attrs = interrupt_record(run, f"The previous run was ended by {stop.name}.")
+            run.append("interrupt", text, attrs)
             return outcome(run, None, stop.exit_code, error={"error": f"ended by {stop.name}"})
+        late = late_messages(run)
+        if late:
+            run.emit("note", text=f"{late} message(s) sent with --send arrived after the last model "
+                                  "call; they are delivered at the start of the next run")
+        return done
+
+
+def interrupt_record(run, text):
+    """(body, attrs) of an interrupt record, naming the sub-agents the interruption cut off."""
+    if not run.cut_off:
+        return text, None
+    names = ", ".join(run.cut_off)
+    return (f"{text} Sub-agents cut off (their conversations keep what they did): {names}.",
+            {"cut_off": " ".join(run.cut_off)})
 
 
 def retry_prompt(records, path):
@@ -318,6 +408,7 @@ def _loop(run, prompt, source):
     run.emit("prompt", text=run.redact(prompt), source=source)
     streak_calls = 0  # model calls since the last valid reply
     while True:
+        deliver_inbox(run)   # a turn boundary: messages sent with --send come in here
         try:
             maybe_compact(run, utc_now(), checkpoint=streak_calls == 0)
             reply = next_reply(run, limits.max_format_retries + 1 - streak_calls)

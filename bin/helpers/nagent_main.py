@@ -71,7 +71,8 @@ def build_parser():
                          help="skills in ~/.nagent/skills and <project>/.nagent/skills")
     run = parser.add_argument_group("run")
     add_setting_flags(run, PROVIDER_FLAGS + ("max_calls", "shell.approval", "shell.sandbox",
-                                             "shell.timeout", "hooks.response"))
+                                             "shell.timeout", "hooks.response",
+                                             "max_parallel_agents"))
     run.add_argument("--retry", action="store_true", help="re-run the last prompt, when its run failed")
     # Set by a parent nagent for its sub-agents: accepted, never shown.
     parser.add_argument("--invocation", choices=("user", "delegated"), default="user",

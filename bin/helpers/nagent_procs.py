@@ -21,6 +21,12 @@ Data contract:
   its own shell groups and records why; then the child and every descendant it left are
   SIGKILLed (snapshots taken along the way, so nothing reparented to init escapes). Returns
   (stdout, stderr) collected.
+- `end_process_trees(procs, grace, signals=(SIGTERM,))`: the same for several children at once
+  (a batch of sub-agents), sharing each grace period; their output must go to files, not pipes
+  (nothing drains them here). Returns when every child and every descendant it left is gone.
+- `start_ticks(pid)` -> the process start time (clock ticks since boot, /proc/PID/stat field
+  22), or None when no such process lives (a zombie counts as gone): with the pid it names one
+  process, so a reused pid is never mistaken for it.
 """
 import contextlib
 import os
@@ -78,6 +84,11 @@ def _stat(pid):
         return fields[0], int(fields[1]), int(fields[2]), int(fields[19])
     except (OSError, IndexError, ValueError):
         return None
+
+
+def start_ticks(pid):
+    info = _stat(pid)
+    return None if info is None or info[0] in (b"Z", b"X") else info[3]
 
 
 def _all_stats():
@@ -184,3 +195,32 @@ def end_process_tree(proc, grace, signals=(signal.SIGTERM,)):
         pass   # something outside the tree holds the pipes: keep what we have
     proc.wait()
     return out or "", err or ""
+
+
+def end_process_trees(procs, grace, signals=(signal.SIGTERM,)):
+    own = os.getpgrp()
+    procs = [proc for proc in procs if proc is not None]
+    snapshot = [entry for proc in procs for entry in process_tree(proc.pid)]
+    for signum in signals:
+        alive = [proc for proc in procs if proc.poll() is None]
+        if not alive:
+            break
+        if signum is not None:
+            for proc in alive:
+                try:
+                    proc.send_signal(signum)
+                except ProcessLookupError:
+                    pass
+        deadline = time.monotonic() + grace
+        while alive and time.monotonic() < deadline:
+            # Descendants are reparented when their nagent exits: keep them in the snapshot.
+            snapshot += [entry for proc in alive for entry in process_tree(proc.pid)]
+            time.sleep(0.05)
+            alive = [proc for proc in alive if proc.poll() is None]
+    for proc in procs:
+        if proc.poll() is None:
+            snapshot += process_tree(proc.pid)
+            proc.kill()
+    kill_tree(snapshot + [entry for proc in procs for entry in process_tree(proc.pid)], own)
+    for proc in procs:
+        proc.wait()

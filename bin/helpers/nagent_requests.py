@@ -14,6 +14,8 @@ Data contract: `build_request(records, provider_row, cache_key=None) -> Request`
 - Invalid replies are not sent back (a raw invalid turn acts as an example the model
   copies); the correction that follows them carries a pointer to the record instead.
 - Records of kind stats / meta / error / hook are bookkeeping and never sent.
+- A message sent into a run (a prompt record with source="inbox") is sent as the user's text
+  after a <system> line saying it arrived while the model was working (INBOX_NOTE).
 - Cache breakpoints: the static initial context, the end of the user turn the previous
   request ended with, and the end of this request — so each request reads back what the
   previous one wrote (Anthropic looks up whole blocks). Other providers ignore them.
@@ -26,6 +28,8 @@ from nagent_protocol_blocks import STOP_SEQUENCES
 from nagent_run_records import is_continuation_note
 
 NOT_SENT = frozenset({"stats", "meta", "error", "hook"})
+INBOX_NOTE = ("<system>A message from the user arrived while you were working (sent with nagent "
+              "--send); take it into account from here on:</system>\n")
 
 
 def reply_text_as_run(record):
@@ -41,6 +45,8 @@ def render_user_record(record):
         return record.body
     if record.kind == "interrupt":
         return f"<system>{record.body}</system>" if not record.body.startswith("<system>") else record.body
+    if record.kind == "prompt" and record.attr("source") == "inbox":
+        return INBOX_NOTE + record.body
     return record.body
 
 

@@ -49,6 +49,8 @@ class Run:
         self.recent_actions = []
         self.gate_refusals = 0  # final responses the response hook refused in this run
         self.client = None  # one provider client for the whole run (see nagent_llm.make_client)
+        self.instance = None  # its run file (nagent_instances.RunFile), when it keeps one
+        self.cut_off = []     # sub-agent conversations an interruption cut off
 
     def redact(self, text):
         return redact(text, self.session.secrets)

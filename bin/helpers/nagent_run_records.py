@@ -6,8 +6,11 @@ Data contract (records are nagent_conversation.Record):
   run fails (provider error, protocol failure, any other error after its prompt was written);
   its body is a <system> note the model reads between the failed prompt and the next one. An
   "interrupt" record (Ctrl-C, an exit signal) marks a run the same way.
+- `is_user_prompt(record)`: a prompt the user started a turn with (any source but "next", a
+  model's continuation, and "inbox", a message sent into a run with `nagent --send`, which
+  belongs to the turn it arrived in); `is_inbox_message(record)`: such a message.
 - `failed_prompt(records)` is the prompt a `nagent --retry` re-runs: the last user prompt
-  (any source but "next") when its run is marked failed; else None.
+  when its run is marked failed; else None.
 - A continuation note is a "system" record with continuation="true" (older files: the same
   text without the attribute) between a reply cut by the output limit (valid="partial") and
   the call that continues it.
@@ -36,7 +39,11 @@ def is_failure_marker(record):
 
 
 def is_user_prompt(record):
-    return record.kind == "prompt" and record.attr("source") != "next"
+    return record.kind == "prompt" and record.attr("source") not in ("next", "inbox")
+
+
+def is_inbox_message(record):
+    return record.kind == "prompt" and record.attr("source") == "inbox"
 
 
 def failed_prompt(records):

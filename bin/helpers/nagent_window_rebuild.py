@@ -26,7 +26,7 @@ import re
 from dataclasses import dataclass
 
 from nagent_conversation_format import encode_records
-from nagent_run_records import is_failure_marker, is_user_prompt
+from nagent_run_records import is_failure_marker, is_inbox_message, is_user_prompt
 
 SENT_KINDS = ("prompt", "reply", "result", "system", "interrupt", "note")
 EXIT_RE = re.compile(r"^exit_code: (\S+)", re.M)
@@ -89,7 +89,8 @@ def side_file_path(side_dir, previous_window, record):
 def carried_before_tail(record):
     """The new window keeps what the user wrote (prompts, hand-typed notes) and the markers of
     failed runs, so a failed prompt never reads as part of the next one."""
-    return is_user_prompt(record) or record.kind == "note" or is_failure_marker(record)
+    return (is_user_prompt(record) or is_inbox_message(record) or record.kind == "note"
+            or is_failure_marker(record))
 
 
 def rebuild_records(records, checkpoint_text, previous_window, window, settings_w, side_dir):
@@ -109,8 +110,10 @@ def rebuild_records(records, checkpoint_text, previous_window, window, settings_
         if not carried_before_tail(record):
             continue
         if record.kind == "prompt":
-            out.append(("prompt", record.body, {"source": record.attr("source", "argv"),
-                                                "carried": "true"}))
+            attrs = {"source": record.attr("source", "argv"), "carried": "true"}
+            if record.attr("inbox"):
+                attrs["inbox"] = record.attr("inbox")
+            out.append(("prompt", record.body, attrs))
         else:
             out.append((record.kind, record.body, dict(record.attrs, carried="true")))
     side_files = []

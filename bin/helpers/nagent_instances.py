@@ -1,0 +1,207 @@
+"""Running instances: one small run file per running nagent (sub-agents included).
+
+Data contract
+-------------
+* `run_dir(environ)` is `~/.nagent/run/` (0700). A running nagent keeps `PID.json` there (0600),
+  replaced whole on each change (temp file + rename, no fsync: it describes a live process and
+  is worthless after a crash). Fields:
+      version      1
+      pid          the OS pid
+      start_ticks  the process start time from /proc/PID/stat (clock ticks since boot): with
+                   the pid it names the process, so a reused pid is never taken for it
+      started      UTC start time, ISO 8601 ("...Z"); `started_at` the same as epoch seconds
+      conversation the conversation file it appends to (its lock holder)
+      parent_conversation, parent_pid   the parent nagent of a sub-agent (else null)
+      depth        sub-agent depth (0: started by the user)
+      invocation   "user" or "delegated"
+      action       what it does now, one line ("model call 3", "shell: pytest -q",
+                   "agents: 3 running"), or null
+      tokens       {"input": N, "output": N} of this run so far (sub-agents folded in as they end)
+      calls        model calls of this run so far
+      updated      epoch seconds of the last change
+* `RunFile(path, record)`: `RunFile.create(environ, **fields)` writes it, `update(**changes)`
+  rewrites it only when something changed, `remove()` deletes it (idempotent). Failures to
+  write are ignored: a run never fails because its run file could not be kept.
+* `list_instances(environ)` -> the run files of live processes, oldest first. A file whose pid
+  is gone, or whose pid now belongs to another process (start ticks differ), is stale: it is
+  removed on the way (so is a leftover temp file of a dead writer). Unreadable or malformed
+  files are skipped (and removed once their pid is dead).
+* `instance_tree(instances)` -> roots, each a copy with "children" (the same shape), children
+  under the instance whose pid is their parent_pid (else whose conversation is their
+  parent_conversation); an instance whose parent is not running is a root.
+* `read_run_file(pid, environ)` -> the run file of `pid` as it is now (no liveness check: for a
+  parent watching its own children), or None.
+* `running_on(conversation, environ)` -> the live instance holding that conversation, or None;
+  `by_pid(pid, environ)` -> the live instance with that pid, or None.
+"""
+import json
+import os
+import time
+
+from nagent_fs import atomic_write
+from nagent_paths import nagent_home
+from nagent_procs import start_ticks
+
+VERSION = 1
+
+
+def run_dir(environ=None):
+    return os.path.join(nagent_home(environ), "run")
+
+
+def run_file_path(pid, environ=None):
+    return os.path.join(run_dir(environ), f"{int(pid)}.json")
+
+
+def utc_iso(epoch):
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
+
+
+class RunFile:
+    """This process's run file (see the module docstring)."""
+
+    def __init__(self, path, record):
+        self.path = path
+        self.record = record
+
+    @classmethod
+    def create(cls, environ=None, **fields):
+        now = time.time()
+        pid = os.getpid()
+        record = {"version": VERSION, "pid": pid, "start_ticks": start_ticks(pid),
+                  "started": utc_iso(now), "started_at": round(now, 3), "conversation": None,
+                  "parent_conversation": None, "parent_pid": None, "depth": 0,
+                  "invocation": "user", "action": None, "tokens": {"input": 0, "output": 0},
+                  "calls": 0, "updated": round(now, 3)}
+        record.update(fields)
+        run_file = cls(run_file_path(pid, environ), record)
+        try:
+            os.makedirs(os.path.dirname(run_file.path), mode=0o700, exist_ok=True)
+        except OSError:
+            run_file.path = None
+        run_file._write()
+        return run_file
+
+    def _write(self):
+        if self.path is None:
+            return
+        data = json.dumps(self.record, ensure_ascii=False, sort_keys=True).encode("utf-8")
+        try:
+            atomic_write(self.path, data, 0o600, sync=False)
+        except OSError:
+            pass   # a full disk or a read-only home: the run goes on without a run file
+
+    def update(self, **changes):
+        if all(self.record.get(key) == value for key, value in changes.items()):
+            return
+        self.record.update(changes, updated=round(time.time(), 3))
+        self._write()
+
+    def remove(self):
+        path, self.path = self.path, None
+        if path is not None:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+
+
+def _alive(pid, ticks):
+    """True while `pid` is the process that wrote the file (same start ticks)."""
+    now = start_ticks(pid)
+    return now is not None and (ticks is None or now == ticks)
+
+
+def _temp_pid(name):
+    """The pid in a temp file name ".PID.json.HEX.tmp" of atomic_write, or None."""
+    parts = name.split(".")
+    return int(parts[1]) if len(parts) == 5 and parts[1].isdigit() and parts[-1] == "tmp" else None
+
+
+def _remove(path):
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def list_instances(environ=None):
+    folder = run_dir(environ)
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return []
+    found = []
+    for name in names:
+        path = os.path.join(folder, name)
+        if name.startswith("."):
+            pid = _temp_pid(name)
+            if pid is not None and start_ticks(pid) is None:
+                _remove(path)
+            continue
+        stem, dot, ext = name.partition(".")
+        if ext != "json" or not stem.isdigit():
+            continue
+        pid = int(stem)
+        try:
+            with open(path, "rb") as handle:
+                record = json.loads(handle.read(1 << 16))
+        except (OSError, ValueError):
+            record = None
+        if not isinstance(record, dict) or record.get("pid") != pid:
+            if start_ticks(pid) is None:
+                _remove(path)
+            continue
+        if not _alive(pid, record.get("start_ticks")):
+            _remove(path)   # a crashed run, or a pid taken by another process since
+            continue
+        found.append(record)
+    found.sort(key=lambda item: (item.get("started_at") or 0, item["pid"]))
+    return found
+
+
+def instance_tree(instances):
+    by_pid = {item["pid"]: dict(item, children=[]) for item in instances}
+    by_conversation = {item["conversation"]: item["pid"] for item in instances if item.get("conversation")}
+    parents = {}
+    for item in instances:
+        parent = item.get("parent_pid")
+        if parent not in by_pid:
+            parent = by_conversation.get(item.get("parent_conversation"))
+        parents[item["pid"]] = parent if parent in by_pid else None
+    roots = []
+    for item in instances:
+        node, parent = by_pid[item["pid"]], parents[item["pid"]]
+        seen, above = {item["pid"]}, parent
+        while above is not None and above not in seen:   # hand-edited files may form a loop
+            seen.add(above)
+            above = parents[above]
+        if parent is None or above is not None:
+            roots.append(node)
+        else:
+            by_pid[parent]["children"].append(node)
+    return roots
+
+
+def read_run_file(pid, environ=None):
+    try:
+        with open(run_file_path(pid, environ), "rb") as handle:
+            record = json.loads(handle.read(1 << 16))
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def running_on(conversation, environ=None):
+    target = os.path.realpath(conversation)
+    for item in list_instances(environ):
+        if item.get("conversation") and os.path.realpath(item["conversation"]) == target:
+            return item
+    return None
+
+
+def by_pid(pid, environ=None):
+    for item in list_instances(environ):
+        if item["pid"] == int(pid):
+            return item
+    return None

@@ -1,0 +1,82 @@
+"""A run's presence outside its conversation file: its run file and its inbox.
+
+Data contract
+-------------
+* `registered(session)`: a context manager around one run, entered once the run holds the
+  conversation's lock. It writes this process's run file (nagent_instances.RunFile: pid,
+  conversation, parent conversation and pid for a sub-agent, depth, invocation) and removes it
+  when the block ends, however it ends (return, error, Ctrl-C, SIGTERM/SIGHUP). Yields the
+  RunFile.
+* `progress(run, action)`: records what the run does now (a one-line `action`, or None) and its
+  token totals and call count so far in its run file; rewritten only when something changed.
+* `deliver_inbox(run) -> int`: at a turn boundary (the loop calls it before each model call,
+  never during a call or an action), every message waiting in the conversation's inbox
+  (nagent_inbox.take) is appended as a prompt record with source="inbox" and inbox=ID, then
+  dropped from the inbox; returns how many were appended. The next request carries them.
+* `late_messages(run) -> int`: messages that arrived after the run's last model call; they stay
+  queued for the next run.
+* `action_label(action)` -> one line naming an action ("shell: pytest -q", "read: src/a.py",
+  "agent: summarise the logs"), control characters dropped, at most LABEL_WIDTH characters.
+"""
+import contextlib
+import os
+
+import nagent_inbox as inbox
+from nagent_instances import RunFile
+
+LABEL_WIDTH = 80
+
+
+@contextlib.contextmanager
+def registered(session):
+    ctx = session.action_context
+    delegated = session.meta.get("invocation") == "delegated"
+    run_file = RunFile.create(
+        ctx.environ, conversation=session.path, depth=ctx.depth,
+        invocation=session.meta.get("invocation", "user"),
+        parent_conversation=session.meta.get("parent_conversation"),
+        parent_pid=os.getppid() if delegated else None, action="starting")
+    try:
+        yield run_file
+    finally:
+        run_file.remove()
+
+
+def progress(run, action):
+    instance = getattr(run, "instance", None)
+    if instance is None:
+        return
+    stats = run.run_stats
+    instance.update(action=None if action is None else run.redact(action),
+                    tokens={"input": stats.input_tokens, "output": stats.output_tokens},
+                    calls=run.calls)
+
+
+def deliver_inbox(run):
+    path = run.session.path
+    count = 0
+    for name, text in inbox.take(path, run.writer.records):
+        run.append("prompt", text, {"source": inbox.SOURCE, "inbox": name})
+        inbox.delivered(path, name)
+        count += 1
+    return count
+
+
+def late_messages(run):
+    return inbox.waiting(run.session.path)
+
+
+def _clean(text):
+    return "".join(ch if ch.isprintable() else " " for ch in text)
+
+
+def action_label(action):
+    if action.kind in ("read", "file-read", "write"):
+        detail = action.attr("path", "")
+    elif action.kind == "file-patch":
+        detail = action.attr("index", "")
+    else:
+        lines = [line.strip() for line in (action.body or "").splitlines() if line.strip()]
+        detail = lines[0] + (" …" if len(lines) > 1 else "") if lines else ""
+    label = _clean(f"{action.kind}: {detail}" if detail else action.kind)
+    return label if len(label) <= LABEL_WIDTH else label[:LABEL_WIDTH - 1] + "…"

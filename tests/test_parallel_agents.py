@@ -1,0 +1,253 @@
+"""Issue 14: consecutive <nagent-agent> tags run concurrently.
+
+- Four children run at once (a barrier in the fake only opens when all four calls are in
+  flight), finish in reverse order, and their results are appended in tag order; each child has
+  its own conversation; the children's tokens add into the parent's run and conversation totals
+  (the --json totals and the last stats record).
+- `--max-parallel-agents 2`: never more than two children's calls in flight; 0 is refused.
+- A failing child and a timed-out child do not cancel their siblings.
+- Ctrl-C mid-batch (SIGINT to the process group, as a terminal sends it) ends every child's
+  whole tree: no child nagent and no shell command is left in the process table; the interrupt
+  record names the children it cut off, and each gets a result saying so.
+- The action hook sees every agent action of a batch; a refused one does not start.
+The children are real `nagent` processes against the shared fake; the fake tells the parent's
+requests from the children's by the parent's prompt, and the children apart by their tasks.
+"""
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+from base import BIN
+from fakes import Fault, ReplySpec
+from test_loop import NagentRunCase
+from test_processes import wait_for
+from test_shell import sleepers
+
+PARENT = "PARENT-PROMPT-7731"
+USAGE = {"input": 100, "cache_read": 0, "cache_write": 0, "output": 10, "reasoning": 0}
+
+
+def child_usage(number):
+    return {"input": 1000 * number, "cache_read": 0, "cache_write": 0, "output": 10 * number,
+            "reasoning": 0}
+
+
+def agents(*tasks):
+    return "".join(f"<nagent-agent>\n{task}\n</nagent-agent>\n" for task in tasks)
+
+
+def own_processes(marker):
+    """Live pids (not zombies) whose command line contains `marker`."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as handle:
+                if handle.read().rsplit(b")", 1)[1].split()[0] in (b"Z", b"X"):
+                    continue
+            with open(f"/proc/{name}/cmdline", "rb") as handle:
+                if marker.encode() in handle.read():
+                    found.append(int(name))
+        except (OSError, IndexError):
+            pass
+    return found
+
+
+class ParallelCase(NagentRunCase):
+    """Harness: a reply function routing the parent's calls and each child's by task."""
+
+    def route(self, parent_replies, child):
+        """`parent_replies`: the parent's replies in order; `child(task, record)` -> a reply."""
+        parent_calls = []
+
+        def reply(record):
+            text = json.dumps(record.get("json"))
+            if PARENT in text:
+                parent_calls.append(record)
+                return parent_replies[min(len(parent_calls), len(parent_replies)) - 1]
+            task = re.search(r"task-[A-Z]", text)
+            return child(task.group(0) if task else "?", record)
+
+        self.fake.reply_fn(reply)
+        return parent_calls
+
+    def agent_results(self, path):
+        return [record.body for record in self.kinds(path, "result")
+                if record.attr("action") == "agent"]
+
+
+class ConcurrentChildren(ParallelCase):
+    def test_four_children_at_once_results_in_tag_order_and_totals(self):
+        barrier = threading.Barrier(4, timeout=60)
+        broken, finished = [], []
+        hold = {"task-A": 0.6, "task-B": 0.4, "task-C": 0.2, "task-D": 0.0}
+
+        def child(task, _record):
+            try:
+                barrier.wait()     # opens only when all four children's calls are in flight
+            except threading.BrokenBarrierError:
+                broken.append(task)
+            time.sleep(hold[task])     # A, the first tag, finishes last
+            finished.append(task)
+            number = "ABCD".index(task[-1]) + 1
+            return ReplySpec(f"<nagent-response>answer {task}</nagent-response>",
+                             usage=child_usage(number))
+
+        self.route([ReplySpec(agents("task-A", "task-B", "task-C", "task-D"), usage=USAGE),
+                    ReplySpec("<nagent-response>parent done</nagent-response>", usage=USAGE)],
+                   child)
+        proc = self.nagent("--json", "--conversation", "parent", PARENT)
+        data = self.json_of(proc)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertEqual(broken, [], "the children did not run concurrently")
+        self.assertEqual(finished[-1], "task-A")
+        results = self.agent_results(self.named_path("parent"))
+        self.assertEqual([re.search(r"answer (task-[A-D])", body).group(1) for body in results],
+                         ["task-A", "task-B", "task-C", "task-D"])
+        names = [re.search(r'conversation="([^"]+)"', body).group(1) for body in results]
+        self.assertEqual(len(set(names)), 4)
+        for name, task in zip(names, "ABCD"):
+            prompts = self.kinds(self.named_path(name), "prompt")
+            self.assertEqual(prompts[0].body.strip(), f"task-{task}")
+        self.assertEqual(data["totals"]["input_tokens"], 200 + 10000)
+        self.assertEqual(data["totals"]["output_tokens"], 20 + 100)
+        self.assertEqual(data["conversation_totals"]["input_tokens"], 200 + 10000)
+        stats = self.kinds(self.named_path("parent"), "stats")[-1].body
+        self.assertIn("in=10200", stats)
+
+    def test_parallel_limit_flag(self):
+        in_flight, peak, lock = [0], [0], threading.Lock()
+        barrier = threading.Barrier(2, timeout=60)
+
+        def child(task, _record):
+            with lock:
+                in_flight[0] += 1
+                peak[0] = max(peak[0], in_flight[0])
+            try:
+                if task != "task-C":
+                    barrier.wait()
+                time.sleep(0.3)
+            finally:
+                with lock:
+                    in_flight[0] -= 1
+            return ReplySpec(f"<nagent-response>answer {task}</nagent-response>", usage=USAGE)
+
+        self.route([ReplySpec(agents("task-A", "task-B", "task-C"), usage=USAGE),
+                    ReplySpec("<nagent-response>parent done</nagent-response>", usage=USAGE)],
+                   child)
+        proc = self.nagent("--max-parallel-agents", "2", "--conversation", "limited", PARENT)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertEqual(peak[0], 2)
+        self.assertEqual(len(self.agent_results(self.named_path("limited"))), 3)
+        refused = self.nagent("--max-parallel-agents", "0", "x")
+        self.assertCleanError(refused, 2, "--max-parallel-agents must be a whole number >= 1")
+
+
+class FailingSiblings(ParallelCase):
+    CONFIG = dict(ParallelCase.CONFIG, agent_timeout=5, max_attempts=1)
+
+    def test_a_failing_and_a_timed_out_child_leave_their_sibling_alone(self):
+        def child(task, _record):
+            if task == "task-B":
+                return Fault(400)      # the child's model call is rejected: it exits 5
+            if task == "task-C":
+                return ReplySpec("<nagent-response>too late</nagent-response>", delay=120)
+            time.sleep(0.5)
+            return ReplySpec("<nagent-response>answer task-A</nagent-response>",
+                             usage=child_usage(1))
+
+        self.route([ReplySpec(agents("task-A", "task-B", "task-C"), usage=USAGE),
+                    ReplySpec("<nagent-response>parent done</nagent-response>", usage=USAGE)],
+                   child)
+        proc = self.nagent("--json", "--conversation", "siblings", PARENT)
+        data = self.json_of(proc)
+        self.assertEqual((proc.returncode, data["response"]), (0, "parent done"), proc.stderr)
+        first, second, third = self.agent_results(self.named_path("siblings"))
+        self.assertIn("exit_code: 0", first)
+        self.assertIn("answer task-A", first)
+        self.assertIn("exit_code: 5", second)
+        self.assertIn('status="error"', third)
+        self.assertIn("timed out after 5 s", third)
+        name = re.search(r'conversation="([^"]+)"', third).group(1)
+        self.assertEqual(own_processes(name), [])
+        self.assertEqual(data["totals"]["input_tokens"], 200 + 1000)
+
+
+class InterruptedBatch(ParallelCase):
+    def test_ctrl_c_mid_batch_ends_every_child_tree(self):
+        markers = {"task-A": "41.731", "task-B": "41.732", "task-C": "41.733"}
+
+        calls = []
+
+        def child(task, _record):
+            calls.append(task)
+            if calls.count(task) > 1:
+                return ReplySpec("<nagent-response>should not get here</nagent-response>")
+            return ReplySpec(f"<nagent-shell>\nsleep {markers[task]}\n</nagent-shell>",
+                             usage=child_usage(1))
+
+        self.route([ReplySpec(agents(*markers), usage=USAGE)], child)
+        # Its own session: SIGINT to the group is what a terminal's Ctrl-C does.
+        proc = subprocess.Popen([sys.executable, os.path.join(BIN, "nagent"), "--pid", "93117",
+                                 "--conversation", "cut", PARENT], stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env=self.env, cwd=self.cwd, start_new_session=True)
+        self.addCleanup(lambda: proc.poll() is None and os.killpg(proc.pid, signal.SIGKILL))
+        self.assertTrue(wait_for(lambda: all(sleepers(m) for m in markers.values()), 60),
+                        "the children's commands never all started")
+        os.killpg(proc.pid, signal.SIGINT)
+        _out, err = proc.communicate(timeout=60)
+        self.assertEqual(proc.returncode, 130, err)
+        self.assertNotIn("Traceback", err)
+        for marker in markers.values():
+            self.assertEqual(sleepers(marker), [])
+        self.assertEqual(own_processes("-93117"), [])   # no child nagent left
+        records = self.records(self.named_path("cut"))
+        self.assertEqual(records[-1].kind, "interrupt")
+        results = self.agent_results(self.named_path("cut"))
+        names = [re.search(r'conversation="([^"]+)"', body).group(1) for body in results]
+        self.assertEqual(len(names), 3)
+        self.assertTrue(all("cut off" in body for body in results), results)
+        self.assertEqual(records[-1].attr("cut_off").split(), names)
+        for name in names:
+            self.assertIn(name, records[-1].body)
+            self.assertEqual(self.records(self.named_path(name))[-1].kind, "interrupt")
+        self.assertEqual(os.listdir(os.path.join(self.home, ".nagent", "run")), [])
+        self.assertIn("in=3100", self.kinds(self.named_path("cut"), "stats")[-1].body)
+
+
+class HookedBatch(ParallelCase):
+    def test_the_action_hook_sees_each_agent_and_a_refused_one_never_starts(self):
+        log = os.path.join(self.tmp, "hook.log")
+        hook = os.path.join(self.tmp, "hook.py")
+        with open(hook, "w", encoding="utf-8") as handle:
+            handle.write("import json, sys\n"
+                         "data = json.load(sys.stdin)\n"
+                         f"open({log!r}, 'a').write(data['task'] + '\\n')\n"
+                         "sys.exit(2 if 'task-B' in data['task'] else 0)\n")
+        self.write_config(dict(self.CONFIG, hooks={"action": f"{sys.executable} {hook}"}))
+        started = []
+
+        def child(task, _record):
+            started.append(task)
+            return ReplySpec(f"<nagent-response>answer {task}</nagent-response>", usage=USAGE)
+
+        self.route([ReplySpec(agents("task-A", "task-B"), usage=USAGE),
+                    ReplySpec("<nagent-response>parent done</nagent-response>", usage=USAGE)],
+                   child)
+        proc = self.nagent("--conversation", "hooked", PARENT)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        with open(log, encoding="utf-8") as handle:
+            self.assertEqual(handle.read().split(), ["task-A", "task-B"])
+        self.assertEqual(started, ["task-A"])
+        first, second = self.agent_results(self.named_path("hooked"))
+        self.assertIn("answer task-A", first)
+        self.assertIn("refused by the action hook", second)
+        hooks = self.kinds(self.named_path("hooked"), "hook")
+        self.assertEqual(len(hooks), 2)
