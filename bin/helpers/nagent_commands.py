@@ -131,7 +131,7 @@ def run_lifecycle(chosen, options):
     if len(chosen) > 1:
         raise UsageError("choose one lifecycle flag at a time", ", ".join("--" + c.replace("_", "-")
                                                                         for c in chosen))
-    if options.get("prompt") and chosen[0] not in ("edit_conversation",):
+    if options.get("prompt") and chosen[0] not in ("edit_conversation", "send"):
         raise UsageError("a lifecycle flag takes no prompt", " ".join(options["prompt"]))
     if options.get("force") and chosen[0] != "save_conversation":
         raise UsageError("--force only applies to --save-conversation", "--" + chosen[0].replace("_", "-"))

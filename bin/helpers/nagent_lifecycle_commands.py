@@ -10,6 +10,7 @@ import os
 
 import nagent_conversation_lifecycle as lifecycle
 from nagent_errors import BusyError, InputError
+from nagent_instance_commands import ps, running_status, send  # noqa: F401  (--ps, --send)
 
 
 def selected_path(options, environ=None):
@@ -54,7 +55,10 @@ def status(options, settings):
             "window": len(windows) + 1, "windows": windows, "checkpoint": checkpoint_path_if_any(path),
             "provider": settings.provider_name, "model": settings.model,
             "config_files": [{"layer": layer, "path": file} for layer, file in settings.files]}
+    presence, running_lines = running_status(path, dict(os.environ))
+    data.update(presence)
     lines = [f"conversation: {path}" + ("" if data["exists"] else ", not started yet"),
+             *running_lines,
              f"size: {data['size']} bytes, {data['records']} records",
              "prompts: " + (str(prompts) if prompts is not None
                             else "not recorded by the older nagent that wrote this file"),

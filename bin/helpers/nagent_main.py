@@ -18,7 +18,7 @@ DESCRIPTION = "Main agent loop: run a prompt against the conversation file for t
 
 LIFECYCLE = ("status", "clear", "save_conversation", "load_conversation", "branch_conversation",
              "list_conversations", "summarize", "edit_conversation", "list_models", "list_file_edits",
-             "compact", "config", "trust", "list_skills")
+             "compact", "config", "trust", "list_skills", "ps", "send")
 
 
 def build_parser():
@@ -64,6 +64,14 @@ def build_parser():
     life.add_argument("--list-file-edits", action="store_true", help="this shell's per-file edit index")
     life.add_argument("--config", action="store_true",
                       help="print the settings in effect and where each comes from, keys redacted")
+    running = parser.add_argument_group("running instances")
+    running.add_argument("--ps", action="store_true",
+                         help="running nagent instances (sub-agents under their parent), with what "
+                              "each does now")
+    running.add_argument("--send", metavar="TARGET",
+                         help="send the prompt words (or stdin) as a message to TARGET, a running "
+                              "nagent's pid or a conversation name: read at its next turn, or at "
+                              "the start of its next run")
     project = parser.add_argument_group("project")
     project.add_argument("--trust", action="store_true",
                          help="trust this project's .nagent/bin tools; asked again when they change")
