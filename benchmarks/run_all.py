@@ -1,9 +1,10 @@
 """Run every benchmark of the project and print one summary table (figure, value, target, verdict).
 
-Runs benchmarks/startup.py, turns.py, split_patch.py, parser.py, long_run.py, sandbox.py and
-first_answer.py through their main() (a missing or failing one is reported and skipped), then
-its own measurement: `nagent --status` on a 50 MB conversation (generated with
-nagent_conversation.encode_record into a temp HOME; median of 5 runs). Each benchmark's own output is printed first, the table last as
+Runs benchmarks/startup.py, turns.py, split_patch.py, parser.py, long_run.py, sandbox.py,
+first_answer.py and parallel_agents.py through their main() (a missing or failing one is
+reported and skipped), then its own measurement: `nagent --status` on a 50 MB conversation
+(generated with nagent_conversation.encode_record into a temp HOME; median of 5 runs). Each
+benchmark's own output is printed first, the table last as
 Markdown, under a line naming the machine it ran on. Prints figures; asserts nothing.
 
 Run: python3 benchmarks/run_all.py [--quick] [--only NAME ...]
@@ -36,6 +37,7 @@ TURN_TARGET_MS = 30.0
 PREFIX_TARGET = 0.95
 STATUS_TARGET_MS = 150.0
 SPLIT_PATCH_TARGET_S = 1.0  # per step, the 100,000-line Python file
+PARALLEL_TARGET = 1.5       # four delegated tasks within 1.5× the wall time of one
 STATUS_MB = 50
 FIRST_REQUEST_TARGET_MS = 20.0  # nagent's own time before its first request
 
@@ -168,6 +170,16 @@ def summarize_long_run(rows, _text, table):
                   "≥ 80%", windowed["steady_cache_share"] >= 0.8)
 
 
+def summarize_parallel(rows, _text, table):
+    for row in rows:
+        table.add(f"sub-agents: {row['label']} ({row['delay_s']:g} s per call)",
+                  f"{row['wall_s']:.1f} s wall ({row['ratio_to_one']:.2f}× one task), "
+                  f"delegation {row['delegation_s']:.1f} s ({row['delegation_ratio']:.2f}×)",
+                  f"≤ {PARALLEL_TARGET:g}× one task" if row["tasks"] > 1 and row["max_parallel_agents"] > 1
+                  else "", row["ratio_to_one"] <= PARALLEL_TARGET
+                  if row["tasks"] > 1 and row["max_parallel_agents"] > 1 else None)
+
+
 def summarize_sandbox(rows, _text, table):
     for row in rows or []:
         table.add(row["label"], f"{row['median_ms']:.1f} ms")
@@ -196,6 +208,7 @@ BENCHMARKS = (  # name, full argv, --quick argv, summary
     ("long_run", [], ["--turns", "12", "--runs", "2"], summarize_long_run),
     ("sandbox", [], ["--runs", "5"], summarize_sandbox),
     ("first_answer", [], ["--runs", "2", "openai"], summarize_first_answer),
+    ("parallel_agents", [], ["--delay", "0.5"], summarize_parallel),
 )
 
 
@@ -272,7 +285,7 @@ def main(argv=None):
     parser.add_argument("--quick", action="store_true", help="smaller inputs, fewer runs")
     parser.add_argument("--only", nargs="+", metavar="NAME",
                         help="run only these (startup turns split_patch parser long_run sandbox "
-                             "first_answer status)")
+                             "first_answer parallel_agents status)")
     args = parser.parse_args(argv)
     wanted = set(args.only or [name for name, *_ in BENCHMARKS] + ["status"])
     header = machine()
