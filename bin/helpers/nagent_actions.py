@@ -224,7 +224,7 @@ def agent_outcome(result, attrs):
     else:
         body = f"error: {result.reason}"
     attrs["status"] = "error"
-    cut = result.name if result.status in ("cut_off", "not_started") else ""
+    cut = result.name if result.status == "cut_off" else ""
     return ActionOutcome(result_block("nagent-agent-result", body, attrs), child=child,
                          failed=True, cut_off=cut)
 
