@@ -17,7 +17,7 @@ from test_processes import wait_for
 from test_shell import sleepers
 
 import nagent_instances as instances
-from nagent_procs import start_ticks
+from nagent_pids import start_ticks
 
 
 class PsDuringRun(ParallelCase):

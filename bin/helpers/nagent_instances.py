@@ -40,7 +40,7 @@ import time
 
 from nagent_fs import atomic_write
 from nagent_paths import nagent_home
-from nagent_procs import start_ticks
+from nagent_pids import start_ticks
 
 VERSION = 1
 

@@ -24,9 +24,7 @@ Data contract:
 - `end_process_trees(procs, grace, signals=(SIGTERM,))`: the same for several children at once
   (a batch of sub-agents), sharing each grace period; their output must go to files, not pipes
   (nothing drains them here). Returns when every child and every descendant it left is gone.
-- `start_ticks(pid)` -> the process start time (clock ticks since boot, /proc/PID/stat field
-  22), or None when no such process lives (a zombie counts as gone): with the pid it names one
-  process, so a reused pid is never mistaken for it.
+- /proc is read through nagent_pids (proc_stat, start_ticks).
 """
 import contextlib
 import os
@@ -37,6 +35,7 @@ import threading
 import time
 
 from nagent_errors import ExitSignal
+from nagent_pids import proc_stat
 
 EXIT_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
@@ -76,21 +75,6 @@ def wait(proc, timeout):
 
 # -- process groups ---------------------------------------------------------------------
 
-def _stat(pid):
-    """(state, ppid, pgid, start time) of a process from /proc, or None."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            fields = handle.read().rsplit(b")", 1)[1].split()
-        return fields[0], int(fields[1]), int(fields[2]), int(fields[19])
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-def start_ticks(pid):
-    info = _stat(pid)
-    return None if info is None or info[0] in (b"Z", b"X") else info[3]
-
-
 def _all_stats():
     try:
         names = os.listdir("/proc")
@@ -99,7 +83,7 @@ def _all_stats():
     stats = {}
     for name in names:
         if name.isdigit():
-            info = _stat(name)
+            info = proc_stat(name)
             if info and info[0] not in (b"Z", b"X"):
                 stats[int(name)] = info
     return stats
@@ -155,7 +139,7 @@ def process_tree(pid):
 
 def kill_tree(snapshot, own_pgid):
     for pid, pgid, started in snapshot:
-        info = _stat(pid)
+        info = proc_stat(pid)
         if not info or info[3] != started:
             continue   # gone, or the pid now belongs to someone else
         try:
