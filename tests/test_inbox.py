@@ -153,3 +153,15 @@ class InboxRecovery(HermeticTestCase):
         self.assertEqual(again, [(second, "claimed, never appended"), (third, "still waiting")])
         self.assertNotIn(first, os.listdir(inbox.claimed_dir(path)))
         self.assertEqual(len(read_records(path)), 1)
+
+    def test_links_and_fifos_in_the_inbox_are_dropped_unread(self):
+        path = os.path.join(self.home, "conv")
+        real = inbox.send(path, "a real message", self.env)
+        secret = self.write_file("secret.txt", "the user's private key")
+        folder = inbox.inbox_dir(path)
+        os.symlink(secret, os.path.join(folder, "msg-00000000000000000001-1-00000000000000aa"))
+        os.mkfifo(os.path.join(folder, "msg-00000000000000000002-1-00000000000000bb"))
+        with ConversationWriter(path) as writer:
+            self.assertEqual(inbox.take(path, writer.records), [(real, "a real message")])
+        self.assertEqual(os.listdir(inbox.claimed_dir(path)), [real])
+        self.assertEqual(sorted(os.listdir(folder)), ["claimed"])

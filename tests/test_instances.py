@@ -117,6 +117,16 @@ class RunFiles(HermeticTestCase):
         self.assertEqual([item["pid"] for item in instances.list_instances(self.env)], [os.getpid()])
         self.assertTrue(os.path.exists(live))
 
+    def test_a_planted_fifo_or_link_is_skipped_without_blocking(self):
+        folder = instances.run_dir(self.env)
+        os.makedirs(folder)
+        os.mkfifo(os.path.join(folder, f"{os.getpid()}.json"))
+        secret = self.write_file("secret.json", json.dumps({"pid": 1, "conversation": "/x"}))
+        os.symlink(secret, os.path.join(folder, "1.json"))
+        self.assertEqual(instances.list_instances(self.env), [])   # returns: the FIFO is not opened
+        proc = self.run_tool("nagent", "--ps", timeout=30)
+        self.assertEqual(proc.stdout.strip(), "no nagent is running")
+
     def test_run_file_lifecycle(self):
         run_file = instances.RunFile.create(self.env, conversation="/c/x", depth=0)
         record = instances.read_run_file(os.getpid(), self.env)

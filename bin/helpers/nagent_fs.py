@@ -15,6 +15,10 @@ Data contract:
 - `regular_file_stat(path, directory=(what, fix)) -> (realpath, os.stat_result)` of a path that
   resolves to a regular file; else InputError naming `path` as given: "file not found",
   "cannot read file", `what`/`fix` for a directory, "not a regular file".
+- `read_regular(path, limit) -> bytes | None`: up to `limit` bytes of `path` when it is a regular
+  file; None for anything else (a symlink is not followed, a FIFO never blocks) or when it
+  cannot be read. For small state files other processes of the user can plant (run files, inbox
+  messages).
 Only cheap stdlib is imported at module level; hashlib loads on the first digest.
 """
 import errno
@@ -99,6 +103,28 @@ def write_unique(base, data, mode=0o600):
         except FileExistsError:
             continue
     raise InputError("too many files with the same name", base, "clean up old side files")
+
+
+def read_regular(path, limit):
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        parts, left = [], limit
+        while left > 0:
+            part = os.read(fd, left)
+            if not part:
+                break
+            parts.append(part)
+            left -= len(part)
+        return b"".join(parts)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 def sha256_bytes(data):

@@ -19,7 +19,8 @@ Layout, inside the conversation's state dir (nagent_conversation_layout.state_di
   conversation's lock (the running instance): each waiting message is claimed by an atomic rename
   into `claimed/` and read. Left-overs in `claimed/` from a run killed after claiming come first:
   a message whose id a record of `records` already carries (attribute `inbox`) was appended
-  before the kill and is dropped; the others are taken again. The caller appends each message
+  before the kill and is dropped; the others are taken again. An entry that is not a regular
+  file (a symlink, a FIFO: not something `send` wrote) is dropped unread. The caller appends each message
   as a prompt record with source="inbox" and inbox=ID, then calls `delivered(path, id)`, which
   removes the claimed copy. So every message is appended exactly once.
 * A message is data the user sends, like a prompt: stored as a prompt record's body (the record
@@ -31,7 +32,7 @@ import time
 
 from nagent_conversation_layout import state_dir
 from nagent_errors import InputError
-from nagent_fs import atomic_write
+from nagent_fs import atomic_write, read_regular
 
 MAX_MESSAGE_BYTES = 64 * 1024
 MESSAGE_RE = re.compile(r"msg-\d{20}-\d+-[0-9a-f]{16}\Z")
@@ -93,11 +94,9 @@ def waiting(path):
 
 
 def _read(path):
-    try:
-        with open(path, "rb") as handle:
-            return handle.read(MAX_MESSAGE_BYTES + 1).decode("utf-8", "replace")
-    except OSError:
-        return None
+    """A message's text; None when it is not a regular file (a link, a FIFO) or unreadable."""
+    data = read_regular(path, MAX_MESSAGE_BYTES)
+    return None if data is None else data.decode("utf-8", "replace")
 
 
 def take(path, records):
@@ -112,7 +111,9 @@ def take(path, records):
                 delivered(path, name)
                 continue
             text = _read(os.path.join(claimed, name))
-            if text is not None:
+            if text is None:
+                delivered(path, name)   # not a message nagent wrote (a link, a FIFO): dropped
+            else:
                 taken.append((name, text))
     names = _names(inbox_dir(path))
     if not names:
@@ -128,7 +129,9 @@ def take(path, records):
         except OSError:
             continue
         text = _read(target)
-        if text is not None:
+        if text is None:
+            delivered(path, name)
+        else:
             taken.append((name, text))
     return taken
 

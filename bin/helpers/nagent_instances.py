@@ -38,11 +38,12 @@ import json
 import os
 import time
 
-from nagent_fs import atomic_write
+from nagent_fs import atomic_write, read_regular
 from nagent_paths import nagent_home
 from nagent_pids import start_ticks
 
 VERSION = 1
+MAX_RUN_FILE = 1 << 16   # run files are a few hundred bytes; a planted big one is not read whole
 
 
 def run_dir(environ=None):
@@ -143,11 +144,7 @@ def list_instances(environ=None):
         if ext != "json" or not stem.isdigit():
             continue
         pid = int(stem)
-        try:
-            with open(path, "rb") as handle:
-                record = json.loads(handle.read(1 << 16))
-        except (OSError, ValueError):
-            record = None
+        record = _load(path)
         if not isinstance(record, dict) or record.get("pid") != pid:
             if start_ticks(pid) is None:
                 _remove(path)
@@ -183,13 +180,18 @@ def instance_tree(instances):
     return roots
 
 
-def read_run_file(pid, environ=None):
+def _load(path):
+    """A run file's record, or None (not a regular file, unreadable, not a JSON object)."""
+    data = read_regular(path, MAX_RUN_FILE)
     try:
-        with open(run_file_path(pid, environ), "rb") as handle:
-            record = json.loads(handle.read(1 << 16))
-    except (OSError, ValueError):
+        record = json.loads(data) if data else None
+    except ValueError:
         return None
     return record if isinstance(record, dict) else None
+
+
+def read_run_file(pid, environ=None):
+    return _load(run_file_path(pid, environ))
 
 
 def running_on(conversation, environ=None):
