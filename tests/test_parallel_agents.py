@@ -10,6 +10,9 @@
   whole tree: no child nagent and no shell command is left in the process table; the interrupt
   record names the children it cut off, and each gets a result saying so.
 - The action hook sees every agent action of a batch; a refused one does not start.
+- On a terminal (a pseudo-terminal here) the live view draws a table of the running children,
+  one line each with its current action and elapsed time; off a cursor-capable terminal
+  (TERM=dumb) it does not.
 The children are real `nagent` processes against the shared fake; the fake tells the parent's
 requests from the children's by the parent's prompt, and the children apart by their tasks.
 """
@@ -26,6 +29,7 @@ from base import BIN
 from fakes import Fault, ReplySpec
 from test_loop import NagentRunCase
 from test_processes import wait_for
+from test_live_tty import final_lines, run_on_terminal
 from test_shell import sleepers
 
 PARENT = "PARENT-PROMPT-7731"
@@ -251,3 +255,49 @@ class HookedBatch(ParallelCase):
         self.assertIn("refused by the action hook", second)
         hooks = self.kinds(self.named_path("hooked"), "hook")
         self.assertEqual(len(hooks), 2)
+
+
+class AgentTable(ParallelCase):
+    def setUp(self):
+        super().setUp()
+        self.env.pop("NAGENT_NO_SPINNER", None)
+        self.env["TERM"] = "xterm"
+        self.env["NO_COLOR"] = "1"
+
+    def script(self):
+        def child(task, _record):
+            if task in self.seen:
+                return ReplySpec(f"<nagent-response>answer {task}</nagent-response>", usage=USAGE)
+            self.seen.append(task)
+            return ReplySpec(f"<nagent-shell>\nsleep 1.{'AB'.index(task[-1]) + 4}\n</nagent-shell>",
+                             usage=USAGE)
+
+        self.seen = []
+        self.route([ReplySpec(agents("task-A", "task-B"), usage=USAGE),
+                    ReplySpec("<nagent-response>parent done</nagent-response>", usage=USAGE)],
+                   child)
+
+    def test_a_table_of_running_children_on_a_terminal(self):
+        self.script()
+        code, stdout, screen = run_on_terminal(["--conversation", "table", PARENT], self.env, self.cwd)
+        self.assertEqual((code, stdout), (0, "parent done\n"), screen)
+        rows = re.findall(r"#(\d+) +(agent-[0-9a-f]{8}) +(shell: sleep 1\.[45]) +(\d+\.\d) s", screen)
+        self.assertEqual({row[2] for row in rows}, {"shell: sleep 1.4", "shell: sleep 1.5"}, screen)
+        self.assertEqual({row[0] for row in rows}, {"1", "2"})
+        elapsed = [float(row[3]) for row in rows if row[2] == "shell: sleep 1.5"]
+        self.assertGreater(max(elapsed), min(elapsed))       # the elapsed time moves
+        self.assertIn("agents · 2 of 2 running", screen)
+        self.assertIn("\x1b[1A\x1b[2K", screen)              # redrawn in place
+        lines = final_lines(re.sub(r"\x1b\[1A\x1b\[2K", "", screen))
+        done = [line for line in lines if line.startswith("  ✓ ")]
+        self.assertEqual(len(done), 2, lines)
+        self.assertTrue(lines[-1].startswith("● "), lines)
+
+    def test_no_table_without_cursor_movement(self):
+        self.script()
+        self.env["TERM"] = "dumb"
+        code, _stdout, screen = run_on_terminal(["--conversation", "dumb", PARENT], self.env, self.cwd)
+        self.assertEqual(code, 0, screen)
+        self.assertNotIn("\x1b", screen)
+        self.assertNotIn("#1 ", screen)
+        self.assertIn("agents · 2 of 2 running", screen)

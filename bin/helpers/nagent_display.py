@@ -16,7 +16,17 @@ command may ask for approval on the terminal: `pause_in_actions`); without it, e
 ends with one line instead. `pause()`/`resume()` clear the status line while the answer is
 written to stdout on the same terminal, and `before_line` (set by the answer printer) ends an
 open stdout line before a stderr line is written. Colour (ANSI SGR) only with `color`; without it no
-escape sequence is written at all (the status line is cleared with spaces).
+escape sequence is written at all (the status line is cleared with spaces), except for the table
+below.
+While a batch of sub-agents runs (`agents` events), an animated display on a terminal that can
+move its cursor (`cursor`: not TERM=dumb) draws a small table above the status line, one line per
+running child, redrawn with the status line (cursor up, erase line):
+    #2  agent-3f2a1c0b  shell: pytest -q tests/test_a.py                  12.3 s
+    #3  agent-9c1d77e2  model call 2                                       8.1 s
+  ⠋ agents · 2 of 3 running · 14.0 s
+(the action index, the child's conversation up to its first 8 hex digits, what its run file says
+it does now, made safe by one_line, and its elapsed time); at most TABLE_ROWS lines, then "… and
+N more". Without the cursor the status line alone says how many run.
 """
 import os
 import threading
@@ -25,6 +35,8 @@ import time
 from nagent_action_view import cut, human_count, one_line
 
 FRAMES = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
+TABLE_ROWS = 8
+TABLE_ACTION = 60          # columns of a child's current action in the table
 COLORS = {"start": "36", "ok": "32", "fail": "31", "warn": "33", "dim": "2", "bold": "1"}
 
 
@@ -62,8 +74,10 @@ class Display:
     wants_deltas = False
 
     def __init__(self, stream, color=False, animate=False, pause_in_actions=False,
-                 clock=time.monotonic):
-        self.stream, self.color, self.animate = stream, color, animate
+                 clock=time.monotonic, cursor=False):
+        self.stream, self.color, self.animate, self.cursor = stream, color, animate, cursor
+        self.agents = []           # [(index, conversation, action, started)] of running children
+        self.table_drawn = 0       # table lines on screen above the status line
         self.pause_in_actions = pause_in_actions
         self.clock = clock
         self.lock = threading.RLock()  # before_line may write through pause()
@@ -87,6 +101,23 @@ class Display:
         if self.drawn:
             self.stream.write("\r" + " " * self.drawn + "\r")
             self.drawn = 0
+        if self.table_drawn:
+            self.stream.write("\x1b[1A\x1b[2K" * self.table_drawn)
+            self.table_drawn = 0
+
+    def _table_lines(self):
+        width = terminal_width(self.stream) - 1
+        now = self.clock()
+        lines = []
+        for index, conversation, action, started in self.agents[:TABLE_ROWS]:
+            head = f"  #{index:<3} {conversation[:14]:<14}  "
+            tail = f"  {now - started:6.1f} s"
+            room = max(8, min(TABLE_ACTION, width - len(head) - len(tail)))
+            text = one_line(action or "starting", room)
+            lines.append(cut(head + text + " " * max(0, room - len(text)) + tail, width))
+        if len(self.agents) > TABLE_ROWS:
+            lines.append(f"  … and {len(self.agents) - TABLE_ROWS} more")
+        return lines
 
     def _status_text(self):
         label, since = self.status
@@ -99,6 +130,10 @@ class Display:
     def _draw(self):
         if not self.animate or self.paused or self.status is None:
             return
+        if self.agents and self.cursor and not self.drawn and not self.table_drawn:
+            lines = self._table_lines()
+            self.stream.write("".join(line + "\n" for line in lines))
+            self.table_drawn = len(lines)
         text = self._status_text()
         self.stream.write("\r" + text + " " * max(0, self.drawn - len(text)))
         self.drawn = len(text)
@@ -108,6 +143,8 @@ class Display:
         while not self._stop.wait(0.1):
             with self.lock:
                 self.frame += 1
+                if self.table_drawn:   # the elapsed times move: redraw the table too
+                    self._clear()
                 self._draw()
 
     def line(self, text, role=None, indent="", span=None):
@@ -196,8 +233,30 @@ class Display:
     def on_action_end(self, event):
         self.child_calls += int(event.get("calls") or 0) if event["kind"] == "agent" else 0
         mark, role = ("✓", "ok") if event["ok"] else ("✗", "fail")
-        self._set_status(None)
+        if not self.agents:   # in a batch the status line stays while its children run
+            self._set_status(None)
         self.line(f"{mark} {event['outcome']}", role, indent="  ")
+
+    def on_agents(self, event):
+        rows = event.get("running") or []
+        now = self.clock()
+        before = {row[0]: row[3] for row in self.agents}
+        with self.lock:
+            self._clear()
+            self.agents = [(row.get("index"), str(row.get("conversation") or "?"), row.get("action"),
+                            before.get(row.get("index"), now - float(row.get("elapsed") or 0)))
+                           for row in rows]
+            if rows:
+                since = min(row[3] for row in self.agents)   # the oldest running child
+                self.status = (f"agents · {len(rows)} of {event.get('total', len(rows))} running",
+                               since)
+            else:
+                self.status = None
+            self._draw()
+            self.stream.flush()
+        if rows and self.animate and self._thread is None:
+            self._thread = threading.Thread(target=self._loop, daemon=True)
+            self._thread.start()
 
     def on_run_end(self, event):
         self._set_status(None)

@@ -32,6 +32,7 @@ EVENT_FIELDS = {
     "note": ("text",),
     "action_start": ("index", "kind", "summary"),
     "action_end": ("index", "kind", "summary", "ok", "outcome", "seconds"),
+    "agents": ("running", "total"),
     "response": ("text", "valid", "accepted"),
     "error": ("error", "value", "fix", "kind", "exit_code"),
     "run_end": ("exit_code", "calls", "totals", "conversation"),

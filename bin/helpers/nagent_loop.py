@@ -42,7 +42,7 @@ from nagent_errors import (EXIT_CODES, ExitSignal, LimitError, NagentError, Prot
 from nagent_procs import exit_signals
 from nagent_requests import build_request
 from nagent_run import DeltaRedactor, Run
-from nagent_run_presence import action_label, deliver_inbox, late_messages, progress, registered
+from nagent_run_presence import deliver_inbox, late_messages, progress, registered
 from nagent_run_records import (CONTINUATION_ATTRS, CONTINUE_TEXT, failed_prompt, failure_marker)
 from nagent_window import maybe_compact
 
@@ -210,7 +210,7 @@ def process_tags(run, actions):
             continue
         action = group[0]
         start = start_action(run, action)
-        progress(run, action_label(action))
+        progress(run, f"{action.kind}: {start[1]}")
         began = time.monotonic()
         outcome = process_action(action, ctx)
         end_action(run, action, start, outcome, time.monotonic() - began)

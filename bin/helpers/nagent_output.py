@@ -51,7 +51,8 @@ def choose_output(options, settings, stdout, stderr, environ):
         color = on_terminal and not environ.get("NO_COLOR") and environ.get("TERM") != "dumb"
         animate = on_terminal and environ.get("NAGENT_NO_SPINNER", "") in ("", "0")
         display = Display(stderr, color=color, animate=animate,
-                          pause_in_actions=settings.shell.approval == "confirm")
+                          pause_in_actions=settings.shell.approval == "confirm",
+                          cursor=on_terminal and environ.get("TERM") != "dumb")
         sinks.append(display)
     wanted = options.get("stream")
     if mode == "text" and (_isatty(stdout) if wanted is None else wanted):

@@ -7,16 +7,17 @@ Data contract
   conversation, parent conversation and pid for a sub-agent, depth, invocation) and removes it
   when the block ends, however it ends (return, error, Ctrl-C, SIGTERM/SIGHUP). Yields the
   RunFile.
-* `progress(run, action)`: records what the run does now (a one-line `action`, or None) and its
-  token totals and call count so far in its run file; rewritten only when something changed.
+* `progress(run, action)`: records what the run does now (a one-line `action` such as "model
+  call 3", "shell: pytest -q" (the kind and the action's one-line summary,
+  nagent_action_view.action_summary), "agents: 2 of 3 running", or None; cut at ACTION_WIDTH
+  columns) and its token totals and call count so far in its run file; rewritten only when
+  something changed.
 * `deliver_inbox(run) -> int`: at a turn boundary (the loop calls it before each model call,
   never during a call or an action), every message waiting in the conversation's inbox
   (nagent_inbox.take) is appended as a prompt record with source="inbox" and inbox=ID, then
   dropped from the inbox; returns how many were appended. The next request carries them.
 * `late_messages(run) -> int`: messages that arrived after the run's last model call; they stay
   queued for the next run.
-* `action_label(action)` -> one line naming an action ("shell: pytest -q", "read: src/a.py",
-  "agent: summarise the logs"), control characters dropped, at most LABEL_WIDTH characters.
 """
 import contextlib
 import os
@@ -24,15 +25,15 @@ import os
 import nagent_inbox as inbox
 from nagent_instances import RunFile
 
-LABEL_WIDTH = 80
+ACTION_WIDTH = 160
 
 
 @contextlib.contextmanager
 def registered(session):
-    ctx = session.action_context
+    # Not session.action_context: building it costs start-up time before the first request.
     delegated = session.meta.get("invocation") == "delegated"
     run_file = RunFile.create(
-        ctx.environ, conversation=session.path, depth=ctx.depth,
+        session.environ or None, conversation=session.path, depth=session.depth,
         invocation=session.meta.get("invocation", "user"),
         parent_conversation=session.meta.get("parent_conversation"),
         parent_pid=os.getppid() if delegated else None, action="starting")
@@ -47,7 +48,10 @@ def progress(run, action):
     if instance is None:
         return
     stats = run.run_stats
-    instance.update(action=None if action is None else run.redact(action),
+    if action is not None:
+        action = run.redact(action)
+        action = action if len(action) <= ACTION_WIDTH else action[:ACTION_WIDTH - 1] + "…"
+    instance.update(action=action,
                     tokens={"input": stats.input_tokens, "output": stats.output_tokens},
                     calls=run.calls)
 
@@ -64,19 +68,3 @@ def deliver_inbox(run):
 
 def late_messages(run):
     return inbox.waiting(run.session.path)
-
-
-def _clean(text):
-    return "".join(ch if ch.isprintable() else " " for ch in text)
-
-
-def action_label(action):
-    if action.kind in ("read", "file-read", "write"):
-        detail = action.attr("path", "")
-    elif action.kind == "file-patch":
-        detail = action.attr("index", "")
-    else:
-        lines = [line.strip() for line in (action.body or "").splitlines() if line.strip()]
-        detail = lines[0] + (" …" if len(lines) > 1 else "") if lines else ""
-    label = _clean(f"{action.kind}: {detail}" if detail else action.kind)
-    return label if len(label) <= LABEL_WIDTH else label[:LABEL_WIDTH - 1] + "…"
