@@ -11,11 +11,12 @@
   record names the children it cut off, and each gets a result saying so.
 - The action hook sees every agent action of a batch; a refused one does not start.
 - On a terminal (a pseudo-terminal here) the live view draws a table of the running children,
-  one line each with its current action and elapsed time; off a cursor-capable terminal
-  (TERM=dumb) it does not.
+  one line each with its current action (made safe for the terminal) and elapsed time; off a
+  cursor-capable terminal (TERM=dumb) it does not.
 The children are real `nagent` processes against the shared fake; the fake tells the parent's
 requests from the children's by the parent's prompt, and the children apart by their tasks.
 """
+import io
 import json
 import os
 import re
@@ -25,12 +26,14 @@ import sys
 import threading
 import time
 
-from base import BIN
+from base import BIN, HermeticTestCase
 from fakes import Fault, ReplySpec
 from test_loop import NagentRunCase
 from test_processes import wait_for
 from test_live_tty import final_lines, run_on_terminal
 from test_shell import sleepers
+
+from nagent_display import Display
 
 PARENT = "PARENT-PROMPT-7731"
 USAGE = {"input": 100, "cache_read": 0, "cache_write": 0, "output": 10, "reasoning": 0}
@@ -154,7 +157,7 @@ class ConcurrentChildren(ParallelCase):
 
 
 class FailingSiblings(ParallelCase):
-    CONFIG = dict(ParallelCase.CONFIG, agent_timeout=5, max_attempts=1)
+    CONFIG = dict(ParallelCase.CONFIG, agent_timeout=4, max_attempts=1)
 
     def test_a_failing_and_a_timed_out_child_leave_their_sibling_alone(self):
         def child(task, _record):
@@ -162,7 +165,6 @@ class FailingSiblings(ParallelCase):
                 return Fault(400)      # the child's model call is rejected: it exits 5
             if task == "task-C":
                 return ReplySpec("<nagent-response>too late</nagent-response>", delay=120)
-            time.sleep(0.5)
             return ReplySpec("<nagent-response>answer task-A</nagent-response>",
                              usage=child_usage(1))
 
@@ -177,7 +179,7 @@ class FailingSiblings(ParallelCase):
         self.assertIn("answer task-A", first)
         self.assertIn("exit_code: 5", second)
         self.assertIn('status="error"', third)
-        self.assertIn("timed out after 5 s", third)
+        self.assertIn("timed out after 4 s", third)
         name = re.search(r'conversation="([^"]+)"', third).group(1)
         self.assertEqual(own_processes(name), [])
         self.assertEqual(data["totals"]["input_tokens"], 200 + 1000)
@@ -269,7 +271,7 @@ class AgentTable(ParallelCase):
             if task in self.seen:
                 return ReplySpec(f"<nagent-response>answer {task}</nagent-response>", usage=USAGE)
             self.seen.append(task)
-            return ReplySpec(f"<nagent-shell>\nsleep 1.{'AB'.index(task[-1]) + 4}\n</nagent-shell>",
+            return ReplySpec(f"<nagent-shell>\nsleep 0.{'AB'.index(task[-1]) + 8}\n</nagent-shell>",
                              usage=USAGE)
 
         self.seen = []
@@ -281,10 +283,10 @@ class AgentTable(ParallelCase):
         self.script()
         code, stdout, screen = run_on_terminal(["--conversation", "table", PARENT], self.env, self.cwd)
         self.assertEqual((code, stdout), (0, "parent done\n"), screen)
-        rows = re.findall(r"#(\d+) +(agent-[0-9a-f]{8}) +(shell: sleep 1\.[45]) +(\d+\.\d) s", screen)
-        self.assertEqual({row[2] for row in rows}, {"shell: sleep 1.4", "shell: sleep 1.5"}, screen)
+        rows = re.findall(r"#(\d+) +(agent-[0-9a-f]{8}) +(shell: sleep 0\.[89]) +(\d+\.\d) s", screen)
+        self.assertEqual({row[2] for row in rows}, {"shell: sleep 0.8", "shell: sleep 0.9"}, screen)
         self.assertEqual({row[0] for row in rows}, {"1", "2"})
-        elapsed = [float(row[3]) for row in rows if row[2] == "shell: sleep 1.5"]
+        elapsed = [float(row[3]) for row in rows if row[2] == "shell: sleep 0.9"]
         self.assertGreater(max(elapsed), min(elapsed))       # the elapsed time moves
         self.assertIn("agents · 2 of 2 running", screen)
         self.assertIn("\x1b[1A\x1b[2K", screen)              # redrawn in place
@@ -293,11 +295,24 @@ class AgentTable(ParallelCase):
         self.assertEqual(len(done), 2, lines)
         self.assertTrue(lines[-1].startswith("● "), lines)
 
-    def test_no_table_without_cursor_movement(self):
-        self.script()
-        self.env["TERM"] = "dumb"
-        code, _stdout, screen = run_on_terminal(["--conversation", "dumb", PARENT], self.env, self.cwd)
-        self.assertEqual(code, 0, screen)
-        self.assertNotIn("\x1b", screen)
-        self.assertNotIn("#1 ", screen)
-        self.assertIn("agents · 2 of 2 running", screen)
+
+class AgentTableUnit(HermeticTestCase):
+    """In-process: the display's table follows agents events; no cursor, no table."""
+
+    def events(self, display):
+        display.handle({"type": "run_start", "provider": "google", "model": "m"})
+        display.handle({"type": "action_start", "index": 1, "kind": "agent", "summary": '"a"'})
+        display.handle({"type": "agents", "total": 2, "running": [
+            {"index": 1, "conversation": "agent-0123456789abcdef-7", "pid": 1,
+             "action": "shell: ls\x1b[31m", "elapsed": 1.5, "calls": 1}]})
+        display.handle({"type": "agents", "total": 2, "running": []})
+        display.close()
+
+    def test_table_only_with_cursor_movement(self):
+        for cursor in (True, False):
+            stream = io.StringIO()
+            self.events(Display(stream, animate=True, cursor=cursor))
+            text = stream.getvalue()
+            self.assertIn("agents · 1 of 2 running", text)
+            self.assertEqual("#1   agent-01234567  shell: ls\\x1b[31m" in text, cursor, text)
+            self.assertEqual("\x1b" in text, cursor, text)
