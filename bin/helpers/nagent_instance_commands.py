@@ -125,7 +125,10 @@ def send(options, settings):
     environ = dict(os.environ)
     import sys
     path, record = resolve_target(options["send"], environ)
-    text, _source = read_prompt(options.get("prompt") or [], sys.stdin)
+    words = options.get("prompt") or []
+    if not words and (sys.stdin is None or sys.stdin.isatty()):
+        raise UsageError("no message", "", 'nagent --send TARGET "message", or - to read it from stdin')
+    text, _source = read_prompt(words, sys.stdin)
     message = inbox.send(path, text, environ)
     running = record["pid"] if record is not None and is_busy(path) else None
     data = {"conversation": path, "message": message, "bytes": len(text.encode("utf-8", "replace")),
