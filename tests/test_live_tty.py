@@ -5,11 +5,13 @@ quiet off a terminal unless -v."""
 import fcntl
 import os
 import re
+import signal
 import struct
 import subprocess
 import sys
 import termios
 import threading
+import time
 
 from base import BIN
 from test_loop import NagentRunCase
@@ -20,9 +22,10 @@ SCRIPT_REPLY = ('<nagent-shell>echo hi from shell</nagent-shell>\n<nagent-read p
 ANSWER = "<nagent-response>\nAll done.\nThe notes say hello.\n</nagent-response>"
 
 
-def run_on_terminal(args, env, cwd, stdout_on_terminal=False, timeout=60):
+def run_on_terminal(args, env, cwd, stdout_on_terminal=False, timeout=60, interrupt_after=None):
     """(exit code, stdout text or None, what the terminal showed) of bin/nagent with stderr
-    (and stdout, if asked) on a fresh 120x40 pseudo-terminal."""
+    (and stdout, if asked) on a fresh 120x40 pseudo-terminal; `interrupt_after` (text) sends
+    SIGINT, as Ctrl-C does, once the terminal has shown that text and a moment more."""
     master, slave = os.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
     proc = subprocess.Popen([sys.executable, os.path.join(BIN, "nagent"), *args],
@@ -42,6 +45,12 @@ def run_on_terminal(args, env, cwd, stdout_on_terminal=False, timeout=60):
             chunks.append(data)
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
+    if interrupt_after is not None:
+        deadline = time.monotonic() + timeout
+        while interrupt_after.encode() not in b"".join(chunks) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.4)                                  # the status line has been drawn
+        proc.send_signal(signal.SIGINT)
     stdout = None
     if not stdout_on_terminal:
         with proc.stdout:
@@ -137,3 +146,14 @@ class LiveTerminalTest(NagentRunCase):
         self.assertTrue(lines[-1].startswith("● 2 model calls · "), lines)
         self.assertNotIn(ESC, proc.stderr)               # not a terminal: no colour
         self.assertEqual(proc.stdout, "All done.\nThe notes say hello.\n")
+
+    def test_ctrl_c_in_an_action_ends_its_line_then_the_error_then_the_summary(self):
+        self.fake.reply("<nagent-shell>sleep 30</nagent-shell>")
+        code, _, screen = run_on_terminal(["--conversation", "cc", "wait"], self.env, self.cwd,
+                                          interrupt_after="▸ shell")
+        self.assertEqual(code, 130, screen)
+        lines = final_lines(re.sub(r"\x1b\[[0-9;]*m", "", screen))
+        at = lines.index("▸ shell  sleep 30")
+        self.assertEqual(lines[at + 1], "  ✗ interrupted", lines)   # the action's own outcome
+        self.assertEqual(lines[at + 2], "Error: interrupted", lines)  # on a line of its own
+        self.assertTrue(lines[-1].startswith("● 1 model call · "), lines)

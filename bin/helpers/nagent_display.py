@@ -87,6 +87,7 @@ class Display:
         self.frame = 0
         self.model = ""
         self.totals = {"input_tokens": 0, "output_tokens": 0}
+        self.open_actions = 0      # actions started and not yet ended
         self.child_calls = 0       # model calls of sub-agents (their totals are in the run's)
         self.started = clock()
         self.before_line = None    # called before a line is written (ends an open stdout line)
@@ -226,11 +227,13 @@ class Display:
 
     def on_action_start(self, event):
         kind = event["kind"]
+        self.open_actions += 1
         self.line(f"▸ {kind}  {event['summary']}", "start", span=len(kind) + 2)
         if not (self.pause_in_actions and kind == "shell"):
             self._set_status(kind)
 
     def on_action_end(self, event):
+        self.open_actions = max(0, self.open_actions - 1)
         self.child_calls += int(event.get("calls") or 0) if event["kind"] == "agent" else 0
         mark, role = ("✓", "ok") if event["ok"] else ("✗", "fail")
         if not self.agents:   # in a batch the status line stays while its children run
@@ -257,6 +260,17 @@ class Display:
         if rows and self.animate and self._thread is None:
             self._thread = threading.Thread(target=self._loop, daemon=True)
             self._thread.start()
+
+    def on_error(self, event):
+        """A run that stops inside an action (Ctrl-C, a signal) ends that action's line first,
+        and leaves a clean line for the error that follows on stderr."""
+        with self.lock:
+            self.agents = []
+            self._set_status(None)
+            for _ in range(self.open_actions):
+                self.line(f"✗ {one_line(str(event.get('error') or 'stopped'), 200)}", "fail",
+                          indent="  ")
+            self.open_actions = 0
 
     def on_run_end(self, event):
         self._set_status(None)
