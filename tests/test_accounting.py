@@ -3,8 +3,7 @@ cache read, cache write), config overrides, unknown models (tokens only, cost No
 run/conversation totals, sub-agent folding, the JSON round trip and the status line."""
 from base import HermeticTestCase
 
-from nagent_accounting import (PRICES, TokenStats, add_child, add_result, call_cost, price_for,
-                               status_line)
+from nagent_accounting import PRICES, TokenStats, add_child, add_result, call_cost, price_for
 from nagent_config import resolve_settings
 from nagent_errors import ConfigError
 from nagent_llm import Result
@@ -52,8 +51,7 @@ class PriceTest(HermeticTestCase):
         later = add_result(stats, result(input_tokens=1000, output_tokens=10))
         self.assertIsNone(later.cost_usd)
         self.assertEqual(later.input_tokens, 1010)
-        self.assertIn("turn 2", status_line(later))
-        self.assertNotIn("$", status_line(later))
+        self.assertEqual(later.model_calls, 2)
 
     def test_config_overrides_and_defaults_for_cache_prices(self):
         self.write_config({"prices": {"corp-large": {"input": 1.0, "output": 4.0, "cache_read": 0.1,
@@ -84,7 +82,7 @@ class TotalsTest(HermeticTestCase):
         stats = add_result(stats, result(input_tokens=5000, output_tokens=100, write=4000))
         stats = add_result(stats, result(input_tokens=6000, output_tokens=200, read=4000, write=1500,
                                          reasoning_tokens=7, estimated=True))
-        self.assertEqual(stats.turns, 2)
+        self.assertEqual(stats.model_calls, 2)
         self.assertEqual(stats.current_input, 6000)
         self.assertEqual((stats.input_tokens, stats.output_tokens), (11000, 300))
         self.assertEqual((stats.cache_read_tokens, stats.cache_write_tokens), (4000, 5500))
@@ -102,6 +100,8 @@ class TotalsTest(HermeticTestCase):
         self.assertEqual(TokenStats().as_dict()["cache_read_share"], 0.0)
         self.assertEqual(TokenStats.from_dict({"turns": "3", "bogus": 1, "input_tokens": 9}),
                          TokenStats(input_tokens=9))
+        # Records written before 0.2 named the model-call count "turns".
+        self.assertEqual(TokenStats.from_dict({"turns": 3}).model_calls, 3)
         self.assertEqual(TokenStats.from_dict(None), TokenStats())
         self.assertIsNone(TokenStats.from_dict({"cost_usd": None}).cost_usd)
 
@@ -109,18 +109,10 @@ class TotalsTest(HermeticTestCase):
         parent = add_result(TokenStats(), result(input_tokens=100, output_tokens=10))
         child = add_result(TokenStats(), result(input_tokens=2000, output_tokens=20, read=1500)).as_dict()
         folded = add_child(parent, child)
-        self.assertEqual(folded.turns, 1)  # the parent's own calls only
+        self.assertEqual(folded.model_calls, 1)  # the parent's own calls only
         self.assertEqual((folded.input_tokens, folded.cache_read_tokens), (2100, 1500))
         self.assertAlmostEqual(folded.cost_usd, parent.cost_usd + child["cost_usd"], places=6)
         unknown = add_child(parent, {"input_tokens": 5, "cost_usd": None})
         self.assertIsNone(unknown.cost_usd)
         no_cost_key = add_child(parent, {"input_tokens": 5})
         self.assertEqual(no_cost_key.cost_usd, parent.cost_usd)
-
-    def test_status_line_shows_tokens_cache_share_and_cost(self):
-        stats = add_result(TokenStats(), result(input_tokens=10_000, output_tokens=500, read=8_000,
-                                                write=1_000))
-        line = status_line(stats, label="run: ")
-        self.assertEqual(line, "run: turn 1 | in 10000 out 500 | cache read 8000 (80%) write 1000 "
-                               f"${stats.cost_usd:.4f}")
-        self.assertEqual(status_line(TokenStats()), "turn 0 | in 0 out 0 | cache read 0 (0%) write 0 $0.0000")

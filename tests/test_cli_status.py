@@ -28,9 +28,9 @@ def totals(**values):
 
 class StatsFormatTest(NagentRunCase):
     def test_round_trip_is_one_short_line(self):
-        conv = totals(turns=12, current_input=5120, input_tokens=48211, output_tokens=3012,
+        conv = totals(model_calls=12, current_input=5120, input_tokens=48211, output_tokens=3012,
                       cache_read_tokens=40100, cache_write_tokens=5000, cost_usd=0.1234)
-        run = totals(turns=3, input_tokens=15000, output_tokens=600, cache_read_tokens=12000, cost_usd=None,
+        run = totals(model_calls=3, input_tokens=15000, output_tokens=600, cache_read_tokens=12000, cost_usd=None,
                      estimated=True)
         call = {"provider": "openai", "model": "gpt-5.5", "input_tokens": 5120, "output_tokens": 210,
                 "cache_read_tokens": 4096, "cache_write_tokens": 0, "reasoning_tokens": 7,
@@ -39,7 +39,7 @@ class StatsFormatTest(NagentRunCase):
         self.assertNotIn("\n", line)
         self.assertLess(len(line), 300, line)
         data = decode_stats(line)
-        for key in ("turns", "current_input", "input_tokens", "output_tokens", "cache_read_tokens",
+        for key in ("model_calls", "current_input", "input_tokens", "output_tokens", "cache_read_tokens",
                     "cache_write_tokens", "reasoning_tokens", "estimated"):
             self.assertEqual(data["conversation"][key], conv[key], key)
             self.assertEqual(data["run"][key], run[key], key)
@@ -62,7 +62,7 @@ class StatsFormatTest(NagentRunCase):
 
     def test_old_json_records_are_still_read(self):
         data = decode_stats(json.dumps(dict(OLD_STATS, windows=["/a", "/b"])))
-        self.assertEqual(data["conversation"]["turns"], 2)
+        self.assertEqual(data["conversation"]["model_calls"], 2)
         self.assertEqual(data["run"]["input_tokens"], 300)
         self.assertEqual(data["last_call"]["attempts"], 3)
         self.assertEqual((data["windows"], data["window"], data["previous"]), (["/a", "/b"], 3, "/b"))
@@ -84,7 +84,7 @@ class StatsFormatTest(NagentRunCase):
             self.assertLess(len(record.body), 300, record.body)
             self.assertTrue(record.body.startswith("total calls="), record.body)
         last = decode_stats(stats[-1].body)
-        self.assertEqual((last["conversation"]["turns"], last["run"]["turns"], last["prompts"]), (4, 2, 2))
+        self.assertEqual((last["conversation"]["model_calls"], last["run"]["model_calls"], last["prompts"]), (4, 2, 2))
 
         status = self.json_of(self.nagent("--status", "--json", "--conversation", "c"))
         self.assertEqual((status["prompts"], status["model_calls"]), (2, 4))
@@ -103,7 +103,7 @@ class StatsFormatTest(NagentRunCase):
         path = self.named_path("f")
         with ConversationWriter(path) as writer:
             writer.append("prompt", "one", {"source": "argv"})
-            writer.append("stats", encode_stats(totals(turns=1), totals(turns=1), prompts=1))
+            writer.append("stats", encode_stats(totals(model_calls=1), totals(model_calls=1), prompts=1))
             writer.append("prompt", "two", {"source": "argv"})
             writer.append("prompt", "continued", {"source": "next"})
         summary = read_tail_summary(path)

@@ -12,7 +12,6 @@ import sys
 import threading
 
 from base import BIN, HermeticTestCase
-from fakes import ReplySpec
 from test_loop import NagentRunCase
 from test_processes import wait_for
 

@@ -32,7 +32,7 @@ class SubAgentTest(NagentRunCase):
         self.assertEqual(proc.returncode, 0, proc.stderr)
         self.assertEqual(data["response"], "parent done")
         # Parent: 2 calls; child: 2 calls, rolled up into the parent's totals.
-        self.assertEqual(data["totals"]["turns"], 2)
+        self.assertEqual(data["totals"]["model_calls"], 2)
         self.assertEqual(data["totals"]["input_tokens"], 400)
         self.assertEqual(data["totals"]["output_tokens"], 40)
         self.assertEqual(data["conversation_totals"]["input_tokens"], 400)

@@ -405,7 +405,7 @@ class WindowLoopTest(InProcessCase):
         final = read_records(path)
         for prompt in prompts:
             self.assertEqual([r.body for r in final if r.kind == "prompt"].count(prompt), 1, prompt)
-        self.assertEqual(outcome.conversation_stats.turns, len(self.generation_requests("anthropic")))
+        self.assertEqual(outcome.conversation_stats.model_calls, len(self.generation_requests("anthropic")))
 
         status = self.run_tool("nagent", "--status", "--conversation", "t")
         for number, archived in enumerate(stats["windows"], start=1):
@@ -559,7 +559,7 @@ class CompactCommandTest(InProcessCase):
         self.assertEqual([r.body for r in after if r.kind == "prompt"], ["Say hello."])
         self.assertEqual(rb.current_window(after), 2)
         self.assertEqual(len(script.checkpoint_sizes), 1)
-        self.assertEqual(data["totals"]["turns"], 3)  # two loop calls + the checkpoint call
+        self.assertEqual(data["totals"]["model_calls"], 3)  # two loop calls + the checkpoint call
         missing = self.run_tool("nagent", "--compact", "--conversation", "nothing-here")
         self.assertCleanError(missing, contains="no conversation to compact")
 

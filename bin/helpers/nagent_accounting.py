@@ -1,6 +1,6 @@
 """Token, cache and cost accounting for runs and conversations.
 
-Data contract: `TokenStats` is a frozen record of counters: turns (model calls), current
+Data contract: `TokenStats` is a frozen record of counters: model_calls, current
 input (the last request's input tokens = the conversation's current size as the model sees
 it), input/output totals, cache-read/cache-write totals, reasoning totals and dollar cost
 (None when any call's model has no known price). `add_result(stats, result, prices)` and
@@ -32,7 +32,7 @@ PRICES = {
 
 @dataclass(frozen=True)
 class TokenStats:
-    turns: int = 0
+    model_calls: int = 0
     current_input: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
@@ -56,6 +56,7 @@ class TokenStats:
         known = {f.name for f in fields(cls)}
         clean = {}
         for key, value in data.items():
+            key = "model_calls" if key == "turns" else key   # stats records before 0.2
             if key in known and (value is None or isinstance(value, (int, float, bool))):
                 clean[key] = value
         return cls(**clean)
@@ -93,7 +94,7 @@ def add_cost(total, cost):
 
 def add_result(stats, result, prices=None):
     return replace(
-        stats, turns=stats.turns + 1, current_input=result.input_tokens,
+        stats, model_calls=stats.model_calls + 1, current_input=result.input_tokens,
         input_tokens=stats.input_tokens + result.input_tokens,
         output_tokens=stats.output_tokens + result.output_tokens,
         cache_read_tokens=stats.cache_read_tokens + result.cache_read_tokens,
@@ -116,10 +117,3 @@ def add_child(stats, child):
         cost_usd=add_cost(stats.cost_usd, other.cost_usd if "cost_usd" in child else 0.0),
         estimated=stats.estimated or other.estimated,
     )
-
-
-def status_line(stats, label=""):
-    cost = "" if stats.cost_usd is None else f" ${stats.cost_usd:.4f}"
-    share = stats.cache_read_tokens / stats.input_tokens if stats.input_tokens else 0.0
-    return (f"{label}turn {stats.turns} | in {stats.input_tokens} out {stats.output_tokens} | "
-            f"cache read {stats.cache_read_tokens} ({share:.0%}) write {stats.cache_write_tokens}{cost}")

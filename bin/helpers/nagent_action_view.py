@@ -177,7 +177,7 @@ def action_result(action, outcome, seconds):
                 "seconds": seconds}
     if kind == "agent":
         child = outcome.child or {}
-        calls = int(child.get("turns") or 0)
+        calls = int(child.get("model_calls") or 0)
         tokens = int(child.get("input_tokens") or 0) + int(child.get("output_tokens") or 0)
         code = body.split("\n", 1)[0][len("exit_code: "):] if body.startswith("exit_code: ") else ""
         text = f"{calls} call{'s' if calls != 1 else ''} · {human_count(tokens)} tokens"

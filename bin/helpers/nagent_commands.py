@@ -99,7 +99,7 @@ def run_session(session, prompt, source, options, mode):
             out.events.emit("error", **error_event(data["error"], outcome.exit_code))
             report_error(NagentError(data["error"].get("error", "run failed"),
                                      data["error"].get("value", ""), data["error"].get("fix", "")))
-        out.events.emit("run_end", exit_code=outcome.exit_code, calls=outcome.run_stats.turns,
+        out.events.emit("run_end", exit_code=outcome.exit_code, calls=outcome.run_stats.model_calls,
                         totals=data["totals"], conversation=session.path)
         return outcome.exit_code
     finally:

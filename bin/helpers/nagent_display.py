@@ -51,7 +51,7 @@ def terminal_width(stream, default=100):
 def summary_line(totals, seconds, child_calls=0):
     """The closing line: model calls (sub-agents' included), input with cached share, output,
     cost, wall time."""
-    calls = int(totals.get("turns") or 0) + child_calls
+    calls = int(totals.get("model_calls") or 0) + child_calls
     inputs = int(totals.get("input_tokens") or 0)
     cached = int(totals.get("cache_read_tokens") or 0)
     share = f" ({cached / inputs:.0%} cached)" if inputs else ""
@@ -275,7 +275,7 @@ class Display:
     def on_run_end(self, event):
         self._set_status(None)
         totals = event.get("totals") or {}
-        if totals.get("turns") or event.get("calls"):
+        if totals.get("model_calls") or event.get("calls"):
             self.line("● " + summary_line(totals, self.clock() - self.started, self.child_calls),
                       "bold")
 

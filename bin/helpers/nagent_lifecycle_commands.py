@@ -24,8 +24,8 @@ def selected_path(options, environ=None):
 
 def _counts(stats):
     """A totals dict of a stats record as --status shows it: model calls as "calls"."""
-    data = {key: value for key, value in (stats or {}).items() if key != "turns"}
-    data["calls"] = (stats or {}).get("turns", 0)
+    data = {key: value for key, value in (stats or {}).items() if key != "model_calls"}
+    data["calls"] = (stats or {}).get("model_calls", 0)
     data["cache_read_share"] = (round(data.get("cache_read_tokens", 0) / data["input_tokens"], 4)
                                 if data.get("input_tokens") else 0.0)
     return data

@@ -22,7 +22,7 @@ sub-agents they cut off (attribute cut_off: their conversation names).
 - The model calls made since the last valid reply, continuations included, never exceed
   `max_format_retries + 1`: then the run stops with exit 8.
 The outcome is plain data: the final response (cleaned; at exit 8 the last invalid reply's
-text, with `valid` False), exit code, turns, this run's and the conversation's token totals.
+text, with `valid` False), exit code, model calls, this run's and the conversation's token totals.
 As it goes the run emits events (nagent_events; `events` None is quiet): run_start, prompt,
 model_call_start/end, reply_delta (only when a sink wants deltas: the calls are then
 streamed), retry, reply (valid, final), note, action_start/end, agents (the running children of a
@@ -59,7 +59,7 @@ class RunOutcome:
     response: str | None
     exit_code: int
     conversation: str
-    turns: int
+    model_calls: int
     run_stats: TokenStats
     conversation_stats: TokenStats
     error: dict | None = None
@@ -69,7 +69,7 @@ class RunOutcome:
     def as_dict(self):
         return {"response": self.response, "valid": self.valid, "accepted": self.accepted,
                 "exit_code": self.exit_code,
-                "conversation": self.conversation, "turns": self.turns,
+                "conversation": self.conversation, "model_calls": self.model_calls,
                 "totals": self.run_stats.as_dict(), "conversation_totals": self.conversation_stats.as_dict(),
                 "error": self.error}
 
@@ -330,7 +330,7 @@ def start_conversation(run):
 
 
 def outcome(run, response, code, error=None, valid=True):
-    return RunOutcome(response, code, run.session.path, run.run_stats.turns, run.run_stats,
+    return RunOutcome(response, code, run.session.path, run.run_stats.model_calls, run.run_stats,
                       run.conv_stats, error, valid)
 
 

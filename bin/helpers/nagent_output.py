@@ -80,6 +80,6 @@ def outcome_document(data, log):
 def error_document(error, context=None):
     context = context or {}
     return {"response": None, "valid": True, "exit_code": error.exit_code,
-            "conversation": context.get("conversation"), "turns": 0, "totals": None,
+            "conversation": context.get("conversation"), "model_calls": 0, "totals": None,
             "conversation_totals": None, "error": error.as_dict(),
             "provider": context.get("provider"), "model": context.get("model"), "actions": []}

@@ -76,7 +76,7 @@ class Run:
 
     def call_started(self, purpose):
         """Announce a model call (reply, continuation, summary, checkpoint); its number."""
-        number = self.run_stats.turns + 1
+        number = self.run_stats.model_calls + 1
         settings = self.session.settings
         self.emit("model_call_start", call=number, purpose=purpose, provider=settings.provider.name,
                   model=settings.model)
@@ -88,7 +88,7 @@ class Run:
         self.conv_stats = add_result(self.conv_stats, result, prices)
         self.record_stats(result)
         cost = call_cost(result, prices)
-        self.emit("model_call_end", call=self.run_stats.turns, purpose=purpose,
+        self.emit("model_call_end", call=self.run_stats.model_calls, purpose=purpose,
                   provider=result.provider, model=result.model, finish=result.finish_reason,
                   elapsed=result.elapsed, attempts=result.attempts, streamed=result.streamed,
                   first_text=result.first_text,

@@ -25,14 +25,14 @@ not recorded)}, or None for a body that is neither format. Older files hold a JS
 stats record ({"conversation", "run", "windows", "last_call"}); it decodes to the same shape.
 """
 
-_TOTALS = (("calls", "turns"), ("prompts", None), ("in", "input_tokens"), ("out", "output_tokens"),
+_TOTALS = (("calls", "model_calls"), ("prompts", None), ("in", "input_tokens"), ("out", "output_tokens"),
            ("cache_read", "cache_read_tokens"), ("cache_write", "cache_write_tokens"),
            ("reasoning", "reasoning_tokens"), ("context", "current_input"))
 _CALL = (("in", "input_tokens"), ("out", "output_tokens"), ("cache_read", "cache_read_tokens"),
          ("cache_write", "cache_write_tokens"), ("reasoning", "reasoning_tokens"))
 _ALWAYS = ("calls", "in", "out")
 _ESCAPES = {"%": "%25", " ": "%20", "|": "%7C", "=": "%3D", "\t": "%09", "\r": "%0D", "\n": "%0A"}
-_TOKEN_KEYS = ("turns", "current_input", "input_tokens", "output_tokens", "cache_read_tokens",
+_TOKEN_KEYS = ("model_calls", "current_input", "input_tokens", "output_tokens", "cache_read_tokens",
                "cache_write_tokens", "reasoning_tokens")
 
 
@@ -175,6 +175,7 @@ def _decode_json(body):
     def section(value):
         value = value if isinstance(value, dict) else {}
         data = {key: _number(value.get(key)) for key in _TOKEN_KEYS}
+        data["model_calls"] = _number(value.get("turns"))   # the old records' name for it
         cost = value.get("cost_usd", 0.0)
         data["cost_usd"] = cost if isinstance(cost, (int, float)) and not isinstance(cost, bool) \
             else (None if cost is None else 0.0)
