@@ -11,8 +11,8 @@ written appends a failed-run marker, so the next prompt never reads as part of i
 Ctrl-C (130), SIGTERM (143) and SIGHUP (129) end the running shell command's process group
 (and every running sub-agent's tree) and append an interrupt record naming them and the
 sub-agents they cut off (attribute cut_off: their conversation names).
-- Actions run in reply order; consecutive <nagent-agent> tags are one batch run concurrently
-  (nagent_actions.process_agents), a barrier for what follows, results in tag order.
+- Actions run in reply order; consecutive <nagent-agent> tags are one batch run concurrently,
+  a barrier for what follows, results in tag order (nagent_loop_actions.process_tags).
 - Before each model call (a turn boundary, never inside a call or an action), messages sent
   with `nagent --send` are appended as prompts with source="inbox"; the run keeps its run file
   (nagent_run_presence) up to date at call and action boundaries.
@@ -32,13 +32,13 @@ but the initial context's warnings.
 """
 import json
 import sys
-import time
 from dataclasses import dataclass, replace
 
-from nagent_accounting import TokenStats, add_child
+from nagent_accounting import TokenStats
 from nagent_conversation import ConversationWriter, utc_now
 from nagent_errors import (EXIT_CODES, ExitSignal, LimitError, NagentError, ProtocolFailure,
                            ProviderError, UsageError)
+from nagent_loop_actions import process_tags, repeated_too_often
 from nagent_procs import exit_signals
 from nagent_requests import build_request
 from nagent_run import DeltaRedactor, Run
@@ -140,111 +140,6 @@ def stopped_at(result, stops):
     if result.finish_reason == "stop_sequence":
         return _protocol().stop_block(result.stop_sequence)
     return "" if stops and result.finish_reason == "stop" else None
-
-
-def action_key(action):
-    return (action.kind, action.attrs, action.body)
-
-
-def repeated_too_often(run, actions, limit):
-    """True when the same action has now run `limit` times in a row."""
-    for action in actions:
-        key = action_key(action)
-        if run.recent_actions and run.recent_actions[-1][0] == key:
-            run.recent_actions[-1] = (key, run.recent_actions[-1][1] + 1)
-        else:
-            run.recent_actions.append((key, 1))
-    return bool(run.recent_actions) and run.recent_actions[-1][1] >= limit
-
-
-def record_outcome(run, action, outcome):
-    if outcome.hook:
-        run.append("hook", *outcome.hook.record())
-    if outcome.block:
-        run.append("result", outcome.block, {"action": action.kind})
-    if outcome.prompt is not None:
-        run.append("prompt", outcome.prompt, {"source": "next"})
-    if outcome.child:
-        run.run_stats = add_child(run.run_stats, outcome.child)
-        run.conv_stats = add_child(run.conv_stats, outcome.child)
-        run.record_stats()
-    if outcome.cut_off:
-        run.cut_off.append(outcome.cut_off)
-
-
-def action_groups(actions):
-    """The reply's actions in order, consecutive <nagent-agent> tags as one batch."""
-    groups = []
-    for action in actions:
-        if action.kind == "agent" and groups and groups[-1][0].kind == "agent":
-            groups[-1].append(action)
-        else:
-            groups.append([action])
-    return groups
-
-
-def start_action(run, action):
-    """Announce an action: (its index in the run, its redacted one-line summary)."""
-    from nagent_action_view import action_summary  # off start-up: needed once actions come
-    run.actions_run += 1
-    summary = run.redact(action_summary(action))
-    run.emit("action_start", index=run.actions_run, kind=action.kind, summary=summary)
-    return run.actions_run, summary
-
-
-def end_action(run, action, start, outcome, seconds):
-    from nagent_action_view import action_result
-    view = action_result(action, outcome, seconds)
-    view["outcome"] = run.redact(view["outcome"])
-    run.emit("action_end", index=start[0], kind=action.kind, summary=start[1], **view)
-
-
-def process_tags(run, actions):
-    """Run the actions in reply order, appending each result (and any continuation prompt); a
-    batch of agents runs concurrently and is a barrier, its results appended in tag order."""
-    from nagent_actions import process_action
-    ctx = run.session.action_context
-    for group in action_groups(actions):
-        if group[0].kind == "agent":
-            run_batch(run, group, ctx)
-            continue
-        action = group[0]
-        start = start_action(run, action)
-        progress(run, f"{action.kind}: {start[1]}")
-        began = time.monotonic()
-        outcome = process_action(action, ctx)
-        end_action(run, action, start, outcome, time.monotonic() - began)
-        record_outcome(run, action, outcome)
-
-
-def run_batch(run, group, ctx):
-    """Consecutive agents, concurrently (nagent_actions.process_agents): each announced in tag
-    order, each result appended and announced in tag order; while they run, an "agents" event
-    whenever the running children or what they do changes (the display's table of children)."""
-    from nagent_actions import process_agents
-    began = time.monotonic()
-    starts = [start_action(run, action) for action in group]
-    progress(run, f"agents: {len(group)}")
-    shown = []
-
-    def ready(position, outcome):
-        end_action(run, group[position], starts[position], outcome, time.monotonic() - began)
-        record_outcome(run, group[position], outcome)
-
-    def watch(views):
-        progress(run, f"agents: {len(views)} of {len(group)} running")
-        rows = [{"index": starts[view["index"]][0], "conversation": view["name"], "pid": view["pid"],
-                 "action": run.redact(view["action"]) if view["action"] else None,
-                 "elapsed": view["elapsed"], "calls": view["calls"]} for view in views]
-        key = [(row["index"], row["action"]) for row in rows]
-        if key != shown:
-            shown[:] = key
-            run.emit("agents", running=rows, total=len(group))
-
-    try:
-        process_agents(group, ctx, ready, watch)
-    finally:
-        run.emit("agents", running=[], total=len(group))
 
 
 def continuable(text):

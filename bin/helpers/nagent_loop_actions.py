@@ -1,0 +1,120 @@
+"""Running one valid reply's actions inside a run: in reply order, consecutive <nagent-agent>
+tags as one concurrent batch, each result recorded and announced.
+
+Data contract: `process_tags(run, actions)` runs `actions` (parsed, non-response) for the Run
+`run` (nagent_run): each action is announced (action_start), run through nagent_actions, its
+outcome announced (action_end) and recorded (hook record, result, continuation prompt, a
+child's totals folded in, a cut-off child remembered); a batch of agents runs concurrently
+(nagent_actions.process_agents), is a barrier for what follows, appends results in tag order
+and emits "agents" events while its children run. `repeated_too_often(run, actions, limit)`
+is the repeated-action guard's count (run.recent_actions). Nothing here prints.
+"""
+import time
+
+from nagent_accounting import add_child
+from nagent_run_presence import progress
+
+
+def action_key(action):
+    return (action.kind, action.attrs, action.body)
+
+
+def repeated_too_often(run, actions, limit):
+    """True when the same action has now run `limit` times in a row."""
+    for action in actions:
+        key = action_key(action)
+        if run.recent_actions and run.recent_actions[-1][0] == key:
+            run.recent_actions[-1] = (key, run.recent_actions[-1][1] + 1)
+        else:
+            run.recent_actions.append((key, 1))
+    return bool(run.recent_actions) and run.recent_actions[-1][1] >= limit
+
+
+def record_outcome(run, action, outcome):
+    if outcome.hook:
+        run.append("hook", *outcome.hook.record())
+    if outcome.block:
+        run.append("result", outcome.block, {"action": action.kind})
+    if outcome.prompt is not None:
+        run.append("prompt", outcome.prompt, {"source": "next"})
+    if outcome.child:
+        run.run_stats = add_child(run.run_stats, outcome.child)
+        run.conv_stats = add_child(run.conv_stats, outcome.child)
+        run.record_stats()
+    if outcome.cut_off:
+        run.cut_off.append(outcome.cut_off)
+
+
+def action_groups(actions):
+    """The reply's actions in order, consecutive <nagent-agent> tags as one batch."""
+    groups = []
+    for action in actions:
+        if action.kind == "agent" and groups and groups[-1][0].kind == "agent":
+            groups[-1].append(action)
+        else:
+            groups.append([action])
+    return groups
+
+
+def start_action(run, action):
+    """Announce an action: (its index in the run, its redacted one-line summary)."""
+    from nagent_action_view import action_summary  # off start-up: needed once actions come
+    run.actions_run += 1
+    summary = run.redact(action_summary(action))
+    run.emit("action_start", index=run.actions_run, kind=action.kind, summary=summary)
+    return run.actions_run, summary
+
+
+def end_action(run, action, start, outcome, seconds):
+    from nagent_action_view import action_result
+    view = action_result(action, outcome, seconds)
+    view["outcome"] = run.redact(view["outcome"])
+    run.emit("action_end", index=start[0], kind=action.kind, summary=start[1], **view)
+
+
+def process_tags(run, actions):
+    """Run the actions in reply order, appending each result (and any continuation prompt); a
+    batch of agents runs concurrently and is a barrier, its results appended in tag order."""
+    from nagent_actions import process_action
+    ctx = run.session.action_context
+    for group in action_groups(actions):
+        if group[0].kind == "agent":
+            run_batch(run, group, ctx)
+            continue
+        action = group[0]
+        start = start_action(run, action)
+        progress(run, f"{action.kind}: {start[1]}")
+        began = time.monotonic()
+        outcome = process_action(action, ctx)
+        end_action(run, action, start, outcome, time.monotonic() - began)
+        record_outcome(run, action, outcome)
+
+
+def run_batch(run, group, ctx):
+    """Consecutive agents, concurrently (nagent_actions.process_agents): each announced in tag
+    order, each result appended and announced in tag order; while they run, an "agents" event
+    whenever the running children or what they do changes (the display's table of children)."""
+    from nagent_actions import process_agents
+    began = time.monotonic()
+    starts = [start_action(run, action) for action in group]
+    progress(run, f"agents: {len(group)}")
+    shown = []
+
+    def ready(position, outcome):
+        end_action(run, group[position], starts[position], outcome, time.monotonic() - began)
+        record_outcome(run, group[position], outcome)
+
+    def watch(views):
+        progress(run, f"agents: {len(views)} of {len(group)} running")
+        rows = [{"index": starts[view["index"]][0], "conversation": view["name"], "pid": view["pid"],
+                 "action": run.redact(view["action"]) if view["action"] else None,
+                 "elapsed": view["elapsed"], "calls": view["calls"]} for view in views]
+        key = [(row["index"], row["action"]) for row in rows]
+        if key != shown:
+            shown[:] = key
+            run.emit("agents", running=rows, total=len(group))
+
+    try:
+        process_agents(group, ctx, ready, watch)
+    finally:
+        run.emit("agents", running=[], total=len(group))
