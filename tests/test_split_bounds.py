@@ -144,3 +144,71 @@ class MemoryBoundTest(HermeticTestCase):
             base, peak = (int(value) * 1024 for value in proc.stdout.split())
             with self.subTest(name=name):
                 self.assertLess(peak - base, 10 * len(data), (base, peak))
+
+
+class IndexAfterPatchTest(HermeticTestCase):
+    """The index a patch rewrites keeps what the splitter recorded (`inside`, `mid_line`,
+    `cut_at`) wherever it is still true, and says nothing it cannot vouch for."""
+
+    def split(self, name, data):
+        source = self.write_file(name, data, "wb")
+        out = os.path.join(self.tmp, "out-" + name)
+        index = split_lib.split_file(source, out, split_lib.DEFAULT_TARGET_BYTES)
+        return index, out
+
+    def refreshed(self, index, parts):
+        digests = [split_lib.sha256_hex(part) for part in parts]
+        return patch_lib.refreshed_index(index, parts, digests, b"".join(parts))["segments"]
+
+    def parts(self, index, data):
+        return [data[r["start_byte"]:r["end_byte"]] for r in index["segments"]]
+
+    def test_unchanged_segments_keep_every_field_the_splitter_wrote(self):
+        inputs = adversarial_inputs()
+        for name in ("huge_def.py", "minified.js", "one_string.js", "crlf_big_class.py",
+                     "dense_list.md", "one_line.json", "no_spaces.txt"):
+            data = inputs[name].encode("utf-8")
+            index, _ = self.split(name, data)
+            with self.subTest(name=name):
+                self.assertTrue(any(set(r) & {"inside", "mid_line"} for r in index["segments"]))
+                self.assertEqual(self.refreshed(index, self.parts(index, data)),
+                                 index["segments"])
+
+    def test_edits_drop_what_they_may_have_made_untrue(self):
+        data = adversarial_inputs()["huge_def.py"].encode("utf-8")
+        index, _ = self.split("huge_def.py", data)
+        parts = self.parts(index, data)
+        label = "def build_tables():"
+        self.assertEqual(index["segments"][2].get("inside"), label)
+        edited = list(parts)
+        edited[3] = edited[3].replace(b"step", b"STEP", 1)
+        records = self.refreshed(index, edited)
+        self.assertEqual(records[2]["inside"], label)
+        # An edit may have closed the construct (a dedented line): later pieces stop claiming it.
+        self.assertTrue(all("inside" not in r for r in records[3:]))
+        # Renaming the construct's head line: no later piece may still claim the old name.
+        edited[1] = edited[1].replace(b"def build_tables", b"def make_tables", 1)
+        self.assertTrue(all("inside" not in r for r in self.refreshed(index, edited)[1:]))
+        # A segment left without its final newline: the next one now starts inside that line.
+        edited = list(parts)
+        edited[2] = edited[2].rstrip(b"\n")
+        records = self.refreshed(index, edited)
+        self.assertEqual((records[2].get("mid_line"), records[3].get("mid_line")),
+                         ("end", "start"))
+        self.assertNotIn("cut_at", records[2])
+
+    def test_cut_descriptions_last_while_their_line_is_unchanged(self):
+        data = adversarial_inputs()["minified.js"].encode("utf-8") + b"var tail = 1;\n"
+        index, _ = self.split("minified.js", data)
+        parts = self.parts(index, data)
+        cut = [n for n, r in enumerate(index["segments"]) if "cut_at" in r]
+        self.assertGreater(len(cut), 2)
+        edited = list(parts)
+        edited[-1] = edited[-1] + b"var more = 2;\n"  # another line: the cut line is intact
+        records = self.refreshed(index, edited)
+        self.assertEqual([records[n].get("cut_at") for n in cut],
+                         [index["segments"][n]["cut_at"] for n in cut])
+        edited[cut[1]] = edited[cut[1]].replace(b"return a+b*", b"return a-b*", 1)
+        records = self.refreshed(index, edited)
+        self.assertTrue(all("cut_at" not in records[n] for n in cut), "the cut line changed")
+        self.assertTrue(all(records[n]["mid_line"] in ("end", "both") for n in cut))

@@ -17,13 +17,16 @@ Data contract:
   nothing written -> write `<index dir>/patches/<UTC stamp>-<n>.patch` (unified diff with
   `a/<name>` / `b/<name>` headers, original line endings kept) -> unless `dry_run`, replace the
   source atomically (temp file + fsync + rename, permission bits kept) and rewrite index.json
-  with the new source hash/size/lines and per-segment offsets, lines and hashes (summaries of
-  changed segments are dropped).
+  with the new source hash/size/lines and per-segment offsets, lines, hashes and "mid_line"
+  (from the new bytes); a summary stays while its segment is unchanged, "inside" while the
+  segments from its construct's head to it are, "cut_at" while the segment still ends inside a
+  line and every segment holding that line is unchanged (else they are dropped, never guessed).
 """
 import difflib
 import os
 from bisect import bisect_right
 from datetime import datetime, timezone
+from itertools import accumulate
 
 from nagent_errors import InputError, RefusedError
 from nagent_file_split_lib import load_index, now_iso, read_source, resolve_index_path, write_index
@@ -273,20 +276,71 @@ def _old_parts(index, old):
     return parts if offset == len(old) else None
 
 
+def _mid_line(new, start, end):
+    """The splitter's "mid_line" for bytes [start, end) of `new`, or None (on a line's ends)."""
+    starts = 0 < start and new[start - 1:start] != b"\n"
+    ends = 0 < end < len(new) and new[end - 1:end] != b"\n"
+    return "both" if starts and ends else "start" if starts else "end" if ends else None
+
+
+def _labels_kept(records, same):
+    """Per segment, whether it still lies inside the construct its "inside" names: it and every
+    segment from the one before that label's first use (where the construct's head line may
+    sit, when a data format packed it behind another) up to it are unchanged."""
+    first, changed, kept = {}, list(accumulate((not flag for flag in same), initial=0)), []
+    for number, record in enumerate(records):
+        label = record.get("inside")
+        start = max(first.setdefault(label, number) - 1, 0)
+        kept.append(label is not None and changed[number + 1] == changed[start])
+    return kept
+
+
+def _line_kept(old, new, same, number):
+    """Whether every segment holding a part of the line cut at the end of segment `number`,
+    before or after the edit (`old` and `new` mid_line values), is unchanged: then the cut's
+    description ("cut_at") still tells how it was made."""
+    def starts_mid(n):
+        return old[n] in ("start", "both") or new[n] in ("start", "both")
+
+    def ends_mid(n):
+        return old[n] in ("end", "both") or new[n] in ("end", "both")
+    low, high = number, number + 1
+    while low > 0 and starts_mid(low):
+        low -= 1
+    while high < len(old) - 1 and ends_mid(high):
+        high += 1
+    return all(same[low:high + 1])
+
+
 def refreshed_index(index, parts, digests, new):
-    """The index after `new` (made of `parts`, with sha256 `digests`) replaced the source."""
-    records, offset, line = [], 0, 1
-    for record, part, digest in zip(index["segments"], parts, digests):
+    """The index after `new` (made of `parts`, with sha256 `digests`) replaced the source.
+    Positions, hashes and "mid_line" are derived from the new bytes; a summary is kept while its
+    segment is unchanged, "inside" while the segments from its construct's head to it are, and
+    "cut_at" while the segment still ends inside a line and every segment of that line is
+    unchanged."""
+    same = [digest == record["sha256"] for record, digest in zip(index["segments"], digests)]
+    ends = list(accumulate(map(len, parts)))
+    labels = _labels_kept(index["segments"], same)
+    old_mid = [record.get("mid_line") for record in index["segments"]]
+    new_mid = [_mid_line(new, end - len(part), end) for part, end in zip(parts, ends)]
+    records, line = [], 1
+    for number, (record, part, digest) in enumerate(zip(index["segments"], parts, digests)):
         breaks = part.count(b"\n")
         # An empty segment covers no line: last_line = first_line - 1, as split_file writes it.
         last_line = line + breaks - (1 if part.endswith(b"\n") or not part else 0)
         entry = {"file": record["file"], "first_line": line, "last_line": last_line,
-                 "start_byte": offset, "end_byte": offset + len(part), "bytes": len(part),
-                 "sha256": digest}
-        if "summary" in record and digest == record["sha256"]:
+                 "start_byte": ends[number] - len(part), "end_byte": ends[number],
+                 "bytes": len(part), "sha256": digest}
+        if "summary" in record and same[number]:
             entry["summary"] = record["summary"]
+        if labels[number]:
+            entry["inside"] = record["inside"]
+        if new_mid[number]:
+            entry["mid_line"] = new_mid[number]
+        if "cut_at" in record and new_mid[number] in ("end", "both") and \
+                _line_kept(old_mid, new_mid, same, number):
+            entry["cut_at"] = record["cut_at"]
         records.append(entry)
-        offset += len(part)
         line += breaks
     updated = dict(index, source_sha256=sha256_bytes(new), source_size=len(new),
                    source_lines=line_count(new), updated=now_iso(), segments=records)
