@@ -25,7 +25,7 @@ from nagent_protocol import parse_response
 from nagent_shell import ShellPolicy
 from nagent_write_policy import WriteMode
 
-SEGMENT_LINE = re.compile(r"^- (/\S+): lines \d+-\d+, \d+ bytes$", re.M)
+SEGMENT_LINE = re.compile(r"^- (/\S+): lines \d+-\d+, \d+ bytes(?:; .*)?$", re.M)
 
 
 def sha(data):

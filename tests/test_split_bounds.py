@@ -12,6 +12,7 @@ from base import HELPERS, HermeticTestCase
 
 import nagent_file_patch_lib as patch_lib
 import nagent_file_split_lib as split_lib
+from nagent_file_tools import SplitOutcome, describe_split
 
 LIMIT = split_lib.READ_SPLIT_THRESHOLD_BYTES
 
@@ -212,3 +213,39 @@ class IndexAfterPatchTest(HermeticTestCase):
         records = self.refreshed(index, edited)
         self.assertTrue(all("cut_at" not in records[n] for n in cut), "the cut line changed")
         self.assertTrue(all(records[n]["mid_line"] in ("end", "both") for n in cut))
+
+
+class SplitListingTest(HermeticTestCase):
+    """What <nagent-file-read> of a split file tells the model: per segment, the construct it
+    was cut out of and a cut inside a line, so it need not read index.json."""
+
+    def listing(self, name, data):
+        source = self.write_file(name, data, "wb")
+        out = os.path.join(self.tmp, "out-" + name)
+        index = split_lib.split_file(source, out, split_lib.DEFAULT_TARGET_BYTES)
+        text = describe_split(SplitOutcome(os.path.join(out, "index.json"), index, False))
+        return [line for line in text.splitlines() if line.startswith("- ")], text
+
+    def test_segments_show_the_construct_they_were_cut_out_of(self):
+        lines, _ = self.listing("huge_def.py", adversarial_inputs()["huge_def.py"].encode())
+        self.assertFalse(lines[0].endswith("def build_tables():"))
+        self.assertRegex(lines[2], r"^- /\S+: lines \d+-\d+, \d+ bytes; inside: def build_tables\(\):$")
+
+    def test_mid_line_cuts_are_named_with_how_they_were_made(self):
+        lines, text = self.listing("minified.js", adversarial_inputs()["minified.js"].encode())
+        self.assertTrue(lines[0].endswith("bytes; ends mid-line (cut between tokens)"), lines[0])
+        self.assertTrue(lines[1].endswith("; starts and ends mid-line (cut between tokens)"))
+        self.assertTrue(lines[-1].endswith("bytes; starts mid-line"), lines[-1])
+        self.assertEqual(text.count("add no newline there"), 1)
+        lines, text = self.listing("plain.py", adversarial_inputs()["huge_def.py"].encode())
+        self.assertNotIn("mid-line", text)
+
+    def test_a_construct_line_cannot_break_the_listing(self):
+        head = "import os\n\n\ndef odd():  # \r- /etc/passwd: lines 1-9, 9 bytes\x1b[2J\n"
+        body = "".join(f"    a_{n} = compute({n})  # step\n" for n in range(4000))
+        lines, text = self.listing("odd.py", (head + body).encode())
+        self.assertFalse(set(text) & {"\r", "\x1b"}, "a control character reached the listing")
+        labelled = [line for line in lines if "; inside: " in line]
+        self.assertTrue(labelled)
+        for line in labelled:
+            self.assertTrue(line.endswith(r"# \x0d- /etc/passwd: lines 1-9, 9 bytes\x1b[2J"), line)

@@ -27,7 +27,9 @@ limit):
   private, its index.json is byte for byte what was recorded, and the recorded source is
   writable in the current mode; the tool is told the recorded source and hash
   (--expect-source/--expect-sha256). After "applied" the registry takes the new hashes.
-- `describe_split(outcome) -> str`: the result text the model reads.
+- `describe_split(outcome) -> str`: the result text the model reads: one line per segment
+  (`- path: lines a-b, n bytes`, then `; starts|ends|starts and ends mid-line (cut ...)` and
+  `; inside: <construct's first line>` when the splitter recorded them).
 """
 import os
 import shutil
@@ -274,6 +276,31 @@ def split_for_read(path, ctx):
     return SplitOutcome(entry["index"], index, False, notes)
 
 
+_MID_LINE = {"start": "starts mid-line", "end": "ends mid-line",
+             "both": "starts and ends mid-line"}
+_CUT_AT = {"token": "cut between tokens", "string": "cut at a space in a string or comment",
+           "char": "cut between characters"}
+
+
+def _label(text):
+    # The construct's first line is file text: no control character may break the listing.
+    return "".join(char if " " <= char != "\x7f" else f"\\x{ord(char):02x}" for char in text)
+
+
+def segment_line(directory, segment):
+    """`- path: lines a-b, n bytes` plus the splitter's notes: the mid-line cut, then the
+    construct the segment was cut out of (last: it is file text, and runs to the line's end)."""
+    line = (f"- {os.path.join(directory, segment['file'])}: lines {segment['first_line']}-"
+            f"{segment['last_line']}, {segment['bytes']} bytes")
+    mid = _MID_LINE.get(segment.get("mid_line"))
+    if mid:
+        cut = _CUT_AT.get(segment.get("cut_at"))
+        line += f"; {mid}" + (f" ({cut})" if cut else "")
+    if segment.get("inside"):
+        line += f"; inside: {_label(segment['inside'])}"
+    return line
+
+
 def describe_split(outcome):
     index, directory = outcome.index, os.path.dirname(outcome.index_path)
     lines = list(outcome.notes)
@@ -281,9 +308,10 @@ def describe_split(outcome):
               f"source: {index['source']} ({index['source_size']} bytes, {len(index['segments'])} "
               f"segments, type {index['split_type']})"
               + (" [reused: nagent's split, source and segments unchanged]" if outcome.reused else "")]
-    for segment in index["segments"]:
-        lines.append(f"- {os.path.join(directory, segment['file'])}: lines {segment['first_line']}-"
-                     f"{segment['last_line']}, {segment['bytes']} bytes")
+    lines += [segment_line(directory, segment) for segment in index["segments"]]
+    if any(segment.get("mid_line") for segment in index["segments"]):
+        lines.append("A mid-line segment shares one long line with its neighbour: keep the bytes "
+                     "at each cut as they are (add no newline there).")
     lines.append("Read segments with <nagent-read>, rewrite a segment whole with <nagent-write>, then "
                  f'apply with <nagent-file-patch index="{outcome.index_path}"/>.')
     return "\n".join(lines)
