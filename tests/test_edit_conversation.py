@@ -3,8 +3,14 @@ swapped in (the old file archived); every failure leaves the conversation byte-i
 import os
 import random
 import re
+import shutil
+from unittest import mock
 
 from base import HermeticTestCase
+import nagent_conversation_edit
+import nagent_write_policy
+from nagent_errors import InputError
+from nagent_write_policy import scratch_root
 from nagent_conversation import ConversationWriter, conversation_lock, parse_records
 from nagent_conversation_edit import decode_copy, encode_copy
 from test_file_edit import PID, FileEditCase, last_block, split_facts, write_reply
@@ -188,3 +194,31 @@ class EditConversationTests(FileEditCase):
         self.assertNotIn(b"BIGLINE 01199", edited)
         self.assertEqual(self.read_bytes(data["archived"]), self.original)
         self.assertEqual(data["records_after"], data["records_before"])
+
+
+class WorkingCopyPlaceTests(HermeticTestCase):
+    """The copy goes where every scratch directory goes (nagent_write_policy.scratch_root)."""
+
+    def place(self, environ, cwd=None):
+        copy = nagent_conversation_edit.working_copy("conv", b"", environ, cwd or self.cwd)
+        self.addCleanup(shutil.rmtree, os.path.dirname(copy), True)
+        return os.path.dirname(os.path.dirname(copy))
+
+    def test_tmpdir_that_is_a_temp_root_else_the_first_root(self):
+        private = os.path.join(self.tmp, "private")
+        os.mkdir(private)
+        self.assertEqual(self.place(dict(self.env, TMPDIR=private)), os.path.realpath(private))
+        # An ancestor of the edit's working directory is no temp root, wherever the process is.
+        project = os.path.join(private, "project")
+        os.mkdir(project)
+        environ = dict(self.env, TMPDIR=private)
+        self.assertEqual(self.place(environ, project), scratch_root(environ, project))
+        self.assertNotEqual(self.place(environ, project), os.path.realpath(private))
+
+    def test_no_temp_root_is_a_clear_error(self):
+        environ = {key: value for key, value in self.env.items() if key != "TMPDIR"}
+        missing = (os.path.join(self.tmp, "gone1"), os.path.join(self.tmp, "gone2"))
+        with mock.patch.object(nagent_write_policy, "FIXED_TEMP_ROOTS", missing):
+            with self.assertRaises(InputError) as caught:
+                nagent_conversation_edit.working_copy("conv", b"", environ, self.cwd)
+        self.assertIn("no temp directory", str(caught.exception))

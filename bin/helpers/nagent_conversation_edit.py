@@ -5,7 +5,8 @@ Data contract: `edit_conversation(path, options, environ=None, cwd=None) -> (dat
   "-" appends stdin); provider/model/timeout/max_calls/shell flags are passed to the session.
 - Steps: (1) under a brief lock on `path` (BusyError if a run holds it) take a snapshot of its
   complete records; (2) write it, encoded (below), to a fresh working copy
-  `$TMPDIR/nagent-edit-<name>-<random>/conversation.txt` (falls back to /tmp); (3) run a
+  `<scratch root>/nagent-edit-<name>-<random>/conversation.txt` (nagent_write_policy.scratch_root:
+  $TMPDIR when it is a temp root, else /tmp; InputError when there is none); (3) run a
   per-file edit session on the copy in-process, NOT holding the conversation's lock; its index
   is the separate per-shell id EDIT_INDEX_PID so temp copies never clutter the user's
   `--list-file-edits`, and each run starts a fresh edit conversation; (4) decode and validate
@@ -40,7 +41,7 @@ from nagent_errors import EXIT_CODES, InputError, NagentError, RefusedError, Usa
 from nagent_fs import atomic_write, sha256_bytes
 from nagent_loop import run_agent_loop
 from nagent_session import build_session
-from nagent_write_policy import temp_roots
+from nagent_write_policy import scratch_root
 
 EDIT_INDEX_PID = "conversation-edit"
 COPY_NAME = "conversation.txt"
@@ -112,11 +113,9 @@ def snapshot(path, lock_timeout):
         return _complete_bytes(path)
 
 
-def working_copy(path, data, environ):
-    roots = temp_roots(environ)
-    tmpdir = environ.get("TMPDIR")
-    base = os.path.realpath(tmpdir) if tmpdir and os.path.realpath(tmpdir) in roots else roots[0]
-    folder = tempfile.mkdtemp(prefix=f"nagent-edit-{os.path.basename(path)[:80]}-", dir=base)
+def working_copy(path, data, environ, cwd):
+    folder = tempfile.mkdtemp(prefix=f"nagent-edit-{os.path.basename(path)[:80]}-",
+                              dir=scratch_root(environ, cwd))
     copy = os.path.join(folder, COPY_NAME)
     atomic_write(copy, encode_copy(data.decode("utf-8", "surrogateescape")).encode(
         "utf-8", "surrogateescape"), 0o600)
@@ -206,7 +205,7 @@ def edit_conversation(path, options, environ=None, cwd=None):
     lock_timeout = lifecycle.LOCK_TIMEOUT
     original_bytes, mode = snapshot(path, lock_timeout)
     original = parse_records(original_bytes, source=path)[0]
-    copy = working_copy(path, original_bytes, environ)
+    copy = working_copy(path, original_bytes, environ, cwd)
     outcome = run_session(copy, instruction, options, path, environ, cwd)
     if outcome.exit_code != EXIT_CODES["ok"]:
         raise session_error(outcome, copy)
