@@ -6,6 +6,7 @@ from base import HermeticTestCase
 
 import nagent_file_split_lib as split_lib
 import nagent_file_summarize_lib as summarize_lib
+from nagent_config import resolve_settings
 from nagent_errors import InputError
 
 
@@ -143,12 +144,24 @@ class SummarizeEndToEndTest(HermeticTestCase):
         self.assertEqual(len(self.fake.requests), data["calls"])
         self.assertGreater(data["usage"]["input_tokens"], 0)
         with self.patched_environ():
-            call, usage = summarize_lib.provider_text_callable({}, self.env)
+            call, usage = summarize_lib.provider_text_callable(resolve_settings({}, self.env))
             index = split_lib.split_file(source, "out",
                                          summarize=summarize_lib.segment_summarizer(call, "big"))
         self.assertTrue(all(record["summary"].startswith("reply ")
                             for record in index["segments"]))
         self.assertEqual(usage["calls"], len(index["segments"]))
+
+    def test_unknown_config_keys_are_warned_about_once_like_every_tool(self):
+        self.write_config({"provider": "openai", "shell": {"timout": 3}})
+        warning = f"warning: unknown config key shell.timout in {self.config_path} (ignored)"
+        source = self.write_file("small.py", "def a():\n    return 1\n")
+        self.fake.reply_fn(lambda record: "a summary")
+        for args in (["nagent-file-summarize", "--file", source],
+                     ["nagent-file-split", "--file", source, "--output", "out", "--summarize"]):
+            proc = self.run_tool(*args)
+            with self.subTest(tool=args[0]):
+                self.assertEqual(proc.returncode, 0, proc.stderr)
+                self.assertEqual(proc.stderr.count(warning), 1, proc.stderr)
 
     def test_a_summary_cut_by_the_output_limit_is_incomplete_with_its_own_exit_code(self):
         from nagent_errors import EXIT_CODES

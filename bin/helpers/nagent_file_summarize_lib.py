@@ -12,7 +12,7 @@ Data contract:
   removed afterwards) into ~SUMMARY_TARGET_BYTES segments, one call per segment, then combined:
   one call when the segment summaries fit the inline limit, else in batches, repeatedly. An
   empty file makes no call. Non-UTF-8 input is an InputError (from the split library).
-- `provider_text_callable(overrides)` -> (callable, usage): usage counts calls, tokens and
+- `provider_text_callable(settings)` -> (callable, usage): usage counts calls, tokens and
   `truncated_calls` (replies cut off by the output limit: the summary is then incomplete;
   `truncation_warning(usage)` is the line to say so).
 - `segment_summarizer(summarize_text, source_name)` adapts a prompt callable to the
@@ -112,13 +112,12 @@ def summarize_file(path, summarize_text, target_bytes=SUMMARY_TARGET_BYTES):
                 segments=segments)
 
 
-def provider_text_callable(overrides, environ=None):
-    """(callable, usage) backed by the provider helper; `usage` accumulates calls and tokens.
-    Settings are resolved here, so configuration errors surface before any work starts."""
+def provider_text_callable(settings):
+    """(callable, usage) backed by the provider helper for resolved `settings` (the caller
+    resolves them: nagent_cli.load_settings); `usage` accumulates calls and tokens."""
     import nagent_llm
-    from nagent_config import api_key_for, resolve_settings
+    from nagent_config import api_key_for
 
-    settings = resolve_settings(overrides, environ)
     api_key_for(settings)  # a missing key fails now, not after the file was split
     usage = {"provider": settings.provider.name, "model": settings.model, "calls": 0,
              "input_tokens": 0, "output_tokens": 0, "truncated_calls": 0}

@@ -59,7 +59,7 @@ def main(argv=None):
 
 def split(args, lib):
     import contextlib
-    from nagent_cli import Spinner, emit_json, provider_overrides
+    from nagent_cli import Spinner, emit_json, load_settings
     from nagent_errors import UsageError
     if args.target_bytes is not None and args.target_bytes < 1:
         raise UsageError("--target-bytes must be a positive integer", args.target_bytes)
@@ -78,7 +78,7 @@ def split(args, lib):
         if args.file:
             lib.check_utf8(lib.read_source(args.file)[1], args.file)  # fail before provider setup
         from nagent_file_summarize_lib import provider_text_callable, segment_summarizer
-        call, usage = provider_text_callable(provider_overrides(args))
+        call, usage = provider_text_callable(load_settings(args))
         name = os.path.basename(args.file or previous["source"])
         summarize = segment_summarizer(call, name)
     with Spinner("summarizing segments") if summarize else contextlib.nullcontext():

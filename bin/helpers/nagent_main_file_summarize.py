@@ -28,12 +28,12 @@ def main(argv=None):
     if early_exit(argv, PROG, DESCRIPTION):
         return 0
     args = build_parser().parse_args(argv)
-    from nagent_cli import Spinner, emit_json, provider_overrides
+    from nagent_cli import Spinner, emit_json, load_settings
     from nagent_errors import EXIT_CODES
     from nagent_file_split_lib import decode_text, read_source
     import nagent_file_summarize_lib as lib
     decode_text(read_source(args.file)[1], args.file)  # a bad file fails before provider setup
-    call, usage = lib.provider_text_callable(provider_overrides(args))
+    call, usage = lib.provider_text_callable(load_settings(args))
     with Spinner(f"summarizing {os.path.basename(args.file)}"):
         result = lib.summarize_file(args.file, call)
     warning = lib.truncation_warning(usage)
