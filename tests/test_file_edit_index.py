@@ -151,6 +151,24 @@ class ResolveTest(FileEditCase):
         self.assertEqual(second["matched_by"], "path")
         self.assertEqual(list(self.index_on_disk()["by_file_id"]), [second["file_id"]])
 
+    def test_lookup_follows_the_same_rule_and_writes_nothing(self):
+        path = self.write_file("a.py", "x")
+        self.assertIsNone(fe.lookup_file_edit(path, PID, self.env))
+        self.assertFalse(os.path.exists(os.path.dirname(self.index_path)))
+        first = self.resolve(path)
+        with open(self.index_path, "rb") as handle:
+            before = handle.read()
+        found = fe.lookup_file_edit(path, PID, self.env)
+        self.assertEqual((found["conversation"], found["matched_by"]), (first["conversation"], "id"))
+        self.replace_with_new_inode(path, "y = 2\n")
+        found = fe.lookup_file_edit(path, PID, self.env)
+        self.assertEqual((found["conversation"], found["matched_by"]), (first["conversation"], "path"))
+        with open(self.index_path, "rb") as handle:
+            self.assertEqual(handle.read(), before)
+        for bad in ("missing.py", self.cwd):
+            with self.assertRaises(InputError):
+                fe.lookup_file_edit(bad, PID, self.env)
+
     def test_move_away_then_new_file_id_wins_first(self):
         a = self.write_file("a.py", "x")
         first = self.resolve(a)

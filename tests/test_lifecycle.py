@@ -233,3 +233,47 @@ class LifecycleCommandsTest(NagentRunCase):
         self.assertEqual(data["index"], os.path.join(self.home, ".nagent", "file-edits", "index-9.json"))
         text = self.nagent("--list-file-edits", "--pid", "9")
         self.assertEqual((text.returncode, text.stdout), (0, "no per-file edit sessions for this shell\n"))
+
+
+class FileEditQueriesTest(NagentRunCase):
+    """A query about a per-file edit session (--status, --summarize, --save-conversation) only
+    looks the file up in the per-file index: it never adds, re-keys or touches a record."""
+
+    def state(self):
+        root, found = os.path.join(self.home, ".nagent"), {}
+        for folder, _dirs, files in os.walk(root):
+            for name in files:
+                path = os.path.join(folder, name)
+                found[os.path.relpath(path, root)] = (os.stat(path).st_mtime_ns, self.read_bytes(path))
+        return found
+
+    def query(self, *args):
+        return self.nagent("--pid", "77", "--file-edit", "target.py", *args)
+
+    def test_queries_about_a_file_without_a_session_change_nothing(self):
+        self.write_file("target.py", "x = 1\n")
+        before = self.state()
+        status = self.json_of(self.query("--status", "--json"))
+        self.assertEqual((status["conversation"], status["exists"]), (None, False))
+        text = self.query("--status")
+        self.assertEqual(text.returncode, 0, text.stderr)
+        self.assertIn("conversation: none yet for target.py (no per-file edit session)", text.stdout)
+        self.assertOneError(self.query("--summarize"), 6, "no conversation to summarize")
+        self.assertOneError(self.query("--save-conversation", "kept"), 6, "no conversation to save")
+        self.assertEqual(self.state(), before)
+        self.assertFalse(os.path.exists(os.path.join(self.home, ".nagent", "file-edits")))
+        self.assertEqual(self.generation_requests(), [])
+
+    def test_a_query_finds_the_session_by_the_rule_without_updating_it(self):
+        import nagent_file_edit_lib as file_edit
+        target = self.write_file("target.py", "x = 1\n")
+        record = file_edit.resolve_file_edit(target, "77", self.env)
+        conversation = os.path.join(self.home, ".nagent", "conversations", record["conversation"])
+        with ConversationWriter(conversation) as writer:
+            writer.append("prompt", "edit it", {"source": "argv"})
+        replacement = self.write_file("target.py.swp", "x = 2\n")
+        os.replace(replacement, target)  # an editor's save: a new inode at the same path
+        before = self.state()
+        status = self.json_of(self.query("--status", "--json"))
+        self.assertEqual((status["conversation"], status["exists"]), (conversation, True))
+        self.assertEqual(self.state(), before)

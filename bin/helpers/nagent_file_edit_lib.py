@@ -26,6 +26,8 @@ Resolution rule (how `resolve_file_edit` finds a file's conversation):
 A file inside nagent's own state (~/.nagent, the NAGENT_CONFIG file) is never an edit target:
 `resolve_file_edit` refuses it (RefusedError) before the index is touched, as the write policy
 would refuse every write to it.
+`lookup_file_edit` answers the same question read-only (for status queries): the record the rule
+finds, or None where `resolve_file_edit` would create one; it writes nothing.
 `clear_file_edit` gives a file a new conversation name (the caller archives the old one).
 `list_file_edits` returns records by last_used (newest first) with "exists": whether the recorded
 path still holds the recorded id.
@@ -221,13 +223,33 @@ def _update(path, pid, environ, now, fresh_conversation, lock_timeout):
     return record, old, how, warning
 
 
-def resolve_file_edit(path, pid, environ=None, now=None, *, lock_timeout=LOCK_TIMEOUT_SECONDS) -> dict:
-    real, _st = regular_file_stat(path, _IS_DIRECTORY)
+def _edit_target(path, environ):
+    """(realpath, stat) of an edit target: a regular file outside nagent's own state."""
+    real, st = regular_file_stat(path, _IS_DIRECTORY)
     if in_nagent_state(real, environ):
         raise RefusedError("nagent's own state is not an edit target", path,
                            "~/.nagent and the NAGENT_CONFIG file are changed by hand, never by a model")
+    return real, st
+
+
+def resolve_file_edit(path, pid, environ=None, now=None, *, lock_timeout=LOCK_TIMEOUT_SECONDS) -> dict:
+    _edit_target(path, environ)
     record, _old, how, warning = _update(path, pid, environ, now, False, lock_timeout)
     record["matched_by"] = how or "new"
+    if warning:
+        record["warning"] = warning
+    return record
+
+
+def lookup_file_edit(path, pid, environ=None) -> dict | None:
+    """The record `resolve_file_edit` would use for `path` (same checks, same rule), or None when
+    it would create one; writes nothing (no index, no lock file, no directory)."""
+    real, st = _edit_target(path, environ)
+    index, warning = load_file_index(file_index_path(pid, environ))
+    key, how = find_record(index, real, f"{st.st_dev}:{st.st_ino}")
+    if key is None:
+        return None
+    record = dict(index["by_file_id"][key], matched_by=how)
     if warning:
         record["warning"] = warning
     return record

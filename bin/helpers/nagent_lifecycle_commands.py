@@ -4,7 +4,8 @@ Data contract: each function takes the parsed options dict and the command's res
 and returns `(data, text)`:
 `data` is what --json prints, `text` the human output. They work on the conversation the
 options select (--conversation / --pid / --file-edit / this shell's default) and never
-destroy a file: --clear and --load archive the current one first.
+destroy a file: --clear and --load archive the current one first. Queries (--status, --summarize,
+--save-conversation) change nothing: a --file-edit target's conversation is only looked up.
 """
 import os
 
@@ -13,13 +14,33 @@ from nagent_errors import BusyError, InputError
 from nagent_instance_commands import ps, running_status, send  # noqa: F401  (--ps, --send)
 
 
-def selected_path(options, environ=None):
+def selected_path(options, environ=None, read_only=False):
+    """The selected conversation's path. A --file-edit target's conversation comes from the
+    per-file index: a command that changes the conversation resolves it (a new target gets its
+    record); a read-only one (`read_only`: status, summarize, save) only looks it up and gets
+    None when the file has no per-file conversation yet, so a query changes nothing."""
     environ = dict(os.environ) if environ is None else environ
+    if options.get("file_edit") and read_only:
+        import nagent_file_edit_lib as file_edit
+        pid = (lifecycle.valid_pid(options["pid"]) if options.get("pid")
+               else lifecycle.default_pid(environ))
+        record = file_edit.lookup_file_edit(options["file_edit"], pid, environ)
+        return None if record is None else lifecycle.conversation_path(record["conversation"],
+                                                                       environ)
     if options.get("file_edit"):
         from nagent_session import resolve_conversation  # finds it in the file-edit index
         return resolve_conversation(options, environ)[0]
     # Without --file-edit, no need to load the run's session machinery (start-up time).
     return lifecycle.selected_conversation(options, environ)[0]
+
+
+def _existing(options, purpose):
+    """The selected conversation, looked up read-only; InputError when it has none yet."""
+    path = selected_path(options, read_only=True)
+    if path is None or not os.path.exists(path):
+        raise InputError(f"no conversation to {purpose}", path or options["file_edit"],
+                         "run a prompt first")
+    return path
 
 
 def _counts(stats):
@@ -40,24 +61,28 @@ def status(options, settings):
     totals, the last run and call, the window chain, the checkpoint, and the provider, model
     and config files in effect. Reads only the file's tail (and one tail per earlier window)."""
     from nagent_conversation_tail import read_tail_summary, window_chain
-    path = selected_path(options)
-    summary = read_tail_summary(path)
+    path = selected_path(options, read_only=True)
+    summary = read_tail_summary(path) if path else {}
     stats = summary.get("stats") or {}
     recorded = stats.get("prompts") if stats else 0
     prompts = None if recorded is None else recorded + summary.get("prompts_after", 0)
     totals = _counts(stats.get("conversation")) if stats else {}
     windows = window_chain(stats)
-    data = {"conversation": path, "exists": os.path.exists(path), "size": summary.get("size", 0),
+    data = {"conversation": path, "exists": bool(path) and os.path.exists(path),
+            "size": summary.get("size", 0),
             "records": summary.get("records", 0), "prompts": prompts,
             "model_calls": totals.get("calls", 0), "totals": totals,
             "last_run": _counts(stats.get("run")) if stats.get("run") else {},
             "last_call": stats.get("last_call"), "last_time": summary.get("last_time"),
-            "window": len(windows) + 1, "windows": windows, "checkpoint": checkpoint_path_if_any(path),
+            "window": len(windows) + 1, "windows": windows,
+            "checkpoint": checkpoint_path_if_any(path) if path else None,
             "provider": settings.provider_name, "model": settings.model,
             "config_files": [{"layer": layer, "path": file} for layer, file in settings.files]}
-    presence, running_lines = running_status(path, dict(os.environ))
+    presence, running_lines = (running_status(path, dict(os.environ)) if path
+                               else ({"running": None, "inbox_waiting": 0}, []))
     data.update(presence)
-    lines = [f"conversation: {path}" + ("" if data["exists"] else ", not started yet"),
+    shown = path or f"none yet for {options.get('file_edit')} (no per-file edit session)"
+    lines = [f"conversation: {shown}" + ("" if data["exists"] or not path else ", not started yet"),
              *running_lines,
              f"size: {data['size']} bytes, {data['records']} records",
              "prompts: " + (str(prompts) if prompts is not None
@@ -90,7 +115,7 @@ def status(options, settings):
     files = ", ".join(f"{item['path']} from {item['layer']}" for item in data["config_files"])
     lines.append("config files: " + (files or "none, defaults only"))
     from nagent_project_commands import recorded_context_files, status_lines
-    data["context_files"] = recorded_context_files(path)
+    data["context_files"] = recorded_context_files(path) if path else None
     lines += status_lines(data["context_files"], data["exists"])
     return data, "\n".join(lines)
 
@@ -135,9 +160,7 @@ def clear_file_edit(options, settings):
 
 def save_conversation(options, settings):
     name = lifecycle.validate_name(options["save_conversation"])  # a bad name is reported first
-    path = selected_path(options)
-    if not os.path.exists(path):
-        raise InputError("no conversation to save", path, "run a prompt first")
+    path = _existing(options, "save")
     saved, archived = lifecycle.save_as(path, name, overwrite=bool(options.get("force")))
     text = f"saved as {saved}" + (f"; the previous {name} was archived at {archived}" if archived else "")
     return {"conversation": path, "saved": saved, "archived": archived}, text
@@ -274,9 +297,7 @@ def conversation_text(path):
 def summarize(options, settings):
     import nagent_llm
     from nagent_cli import Spinner
-    path = selected_path(options)
-    if not os.path.exists(path):
-        raise InputError("no conversation to summarize", path, "run a prompt first")
+    path = _existing(options, "summarize")
     text = conversation_text(path)
     if not text.strip():
         raise InputError("the conversation has no turns yet", path)
