@@ -201,3 +201,50 @@ class ConfigCommandTest(HermeticTestCase):
         proc = self.run_tool("nagent", "--provider", "cursor", "--conversation", "c", "hello")
         self.assertCleanError(proc, 4, "cursor SDK is not installed")
         self.assertFalse(os.path.exists(os.path.join(self.home, ".nagent", "conversations", "c")))
+
+
+class EnvReferenceTest(HermeticTestCase):
+    """One `${VAR}` rule (nagent_env_refs) for MCP entries and provider keys; a provider's
+    api_key reads a variable only as one whole reference, which may carry a default."""
+
+    def test_api_key_reference_with_a_default(self):
+        from nagent_config import api_key_for, key_source
+        from nagent_secrets import key_names, secret_values
+        self.write_config({"provider": "openai",
+                           "providers": {"openai": {"api_key": "${LOCAL_KEY:-local-fallback-key}"}}})
+        settings = resolve_settings({}, self.env)
+        self.assertEqual(api_key_for(settings), "local-fallback-key")
+        self.assertEqual(key_source(settings), "providers.openai.api_key in the config")
+        rows = settings.providers.values()
+        self.assertIn("LOCAL_KEY", key_names(rows))
+        self.assertIn("local-fallback-key", secret_values(rows, self.env))
+        shown = json.dumps(describe_settings(settings), ensure_ascii=False)
+        self.assertIn("${LOCAL_KEY:-…} (not set, default used)", shown)
+        self.assertNotIn("local-fallback-key", shown)
+        self.env["LOCAL_KEY"] = "sk-from-the-variable"
+        settings = resolve_settings({}, self.env)
+        self.assertEqual((api_key_for(settings), key_source(settings)),
+                         ("sk-from-the-variable", "LOCAL_KEY"))
+
+    def test_only_a_whole_reference_reads_a_variable(self):
+        from nagent_config import api_key_for
+        from nagent_secrets import key_names
+        self.env["X"] = "from-x"
+        for literal in ("sk-${X}", "${X}-suffix", "${1X}", "$X", "${X"):
+            self.write_config({"provider": "openai", "providers": {"openai": {"api_key": literal}}})
+            settings = resolve_settings({}, self.env)
+            with self.subTest(literal=literal):
+                self.assertEqual(api_key_for(settings), literal)
+                self.assertNotIn("X", key_names(settings.providers.values()))
+
+    def test_mcp_and_provider_keys_read_references_alike(self):
+        import nagent_mcp_config
+        from nagent_config import configured_key
+        from nagent_env_refs import expand
+        self.assertIs(nagent_mcp_config.expand, expand)
+        env = {"SET": "value-1", "EMPTY": ""}
+        for text in ("${SET}", "${SET:-d}", "${EMPTY:-d}", "${UNSET:-d}", "${EMPTY}", "${UNSET:-}"):
+            self.write_config({"providers": {"openai": {"api_key": text}}})
+            row = resolve_settings({}, self.env).providers["openai"]
+            with self.subTest(text=text):
+                self.assertEqual(configured_key(row, env)[0], expand(text, env)[0])

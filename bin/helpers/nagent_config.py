@@ -27,8 +27,9 @@ Data contract
 * Every value remembers its layer: `settings.source(name)` is a Source (flag, NAGENT_CONFIG,
   ~/.nagent/config.json or default, with the flag or path). `describe_settings(settings)` is the
   `nagent --config` view: (name, value, source) rows with keys redacted.
-* `api_key_for(settings)` returns the key of the selected provider (a "${VAR}" api_key reads the
-  variable), or raises SetupError naming the variables to set. `key_source(settings)` names
+* `api_key_for(settings)` returns the key of the selected provider (an api_key that is one whole
+  `${VAR}` or `${VAR:-default}` reference reads the variable, by nagent_env_refs' rule; other
+  text is the key itself), or raises SetupError naming the variables to set. `key_source(settings)` names
   where that key comes from (the variable, or the config's api_key), for error messages.
 """
 import json
@@ -38,6 +39,7 @@ from types import MappingProxyType
 
 from nagent_config_schema import (DEFAULT, ENV_FILE, FIXED, FLAG, HOME_FILE, KEYS,  # noqa: F401
                                   SCHEMA, Key, Price, check_value, unknown_keys)
+from nagent_env_refs import lookup, whole_reference
 from nagent_errors import ConfigError, SetupError
 from nagent_providers import find_row
 
@@ -316,11 +318,14 @@ def _configured(layers):
 
 
 # -- keys ---------------------------------------------------------------------------------
-def expand_env_reference(value, environ):
-    """"${VAR}" → the variable's value (or "" when unset); anything else is returned as-is."""
-    if isinstance(value, str) and value.startswith("${") and value.endswith("}"):
-        return environ.get(value[2:-1], "")
-    return value
+def configured_key(row, environ):
+    """(key or "", variable name or None) from a row's `api_key`: a whole-value reference
+    (nagent_env_refs) reads its variable, with its default; any other text is the key itself."""
+    reference = whole_reference(row.api_key)
+    if reference is None:
+        return row.api_key or "", None
+    name, default = reference
+    return lookup(name, default, environ) or "", name
 
 
 def api_key_for(settings):
@@ -328,12 +333,12 @@ def api_key_for(settings):
     row = settings.provider
     environ = settings.environ
     if row.api_key:
-        key = expand_env_reference(row.api_key, environ)
+        key, name = configured_key(row, environ)
         if key:
             return key
-        if row.api_key.startswith("${"):
-            raise SetupError(f"missing API key for {row.name}", row.api_key[2:-1] + " is not set",
-                             f"export {row.api_key[2:-1]}=...")
+        if name:
+            raise SetupError(f"missing API key for {row.name}", name + " is not set",
+                             f"export {name}=...")
     for name in row.key_env:
         if environ.get(name):
             return environ[name]
@@ -348,8 +353,9 @@ def key_source(settings):
     """Where the selected provider's key comes from: a variable name, or the config entry."""
     row = settings.provider
     if row.api_key:
-        if row.api_key.startswith("${") and row.api_key.endswith("}"):
-            return row.api_key[2:-1]
+        reference = whole_reference(row.api_key)
+        if reference and (settings.environ.get(reference[0]) or reference[1] is None):
+            return reference[0]
         return f"providers.{row.name}.api_key in the config"
     for name in row.key_env:
         if settings.environ.get(name):
@@ -366,8 +372,12 @@ def _shown(value):
 
 def redacted_key(value, environ):
     """How a provider's api_key is shown: a ${VAR} reference and whether it is set, never a value."""
-    if isinstance(value, str) and value.startswith("${") and value.endswith("}"):
-        return f"{value} ({'set' if environ.get(value[2:-1]) else 'not set'})"
+    reference = whole_reference(value)
+    if reference:
+        name, default = reference
+        state = "set" if environ.get(name) else "not set, default used" if default else "not set"
+        # A default is config text that may itself be a key: it is never shown.
+        return f"${{{name}{'' if default is None else ':-…'}}} ({state})"
     return "[redacted]" if value else None
 
 

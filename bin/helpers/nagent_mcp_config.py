@@ -12,9 +12,9 @@ Data contract:
   (the config schema's row calls it, so Settings.mcp_servers holds the specs and a malformed
   entry is reported by every command that reads the config); `find_server(specs, name)`.
   Both raise ConfigError naming the entry and the problem; an unknown name is a UsageError.
-- `expand(text, environ) -> (text, inserted)`: `${VAR}` and `${VAR:-default}` anywhere in a
-  string; an unset variable without a default raises ConfigError. `inserted` are the
-  (variable, value) pairs that came from the environment.
+- `expand(text, environ) -> (text, inserted)` is nagent_env_refs.expand (the one `${VAR}` rule):
+  `${VAR}` and `${VAR:-default}` anywhere in a string; an unset variable without a default
+  raises ConfigError. `inserted` are the (variable, value) pairs that came from the environment.
 - `resolve(spec, environ) -> Resolved`: the spec with `${VAR}` expanded in command, args, env,
   url and headers, read from `environ`. `secrets` are the inserted values that look secret (the
   variable's or the env/header key's name says key, token, secret, password, auth or
@@ -26,10 +26,10 @@ Data contract:
 import re
 from dataclasses import dataclass
 
+from nagent_env_refs import expand
 from nagent_errors import ConfigError, UsageError
 
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
-VAR_PATTERN = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSW|AUTH|CREDENTIAL|COOKIE", re.IGNORECASE)
 HTTP_TYPES = ("http", "streamable-http", "streamable_http", "streamableHttp")
 FIX = "see the README section \"MCP servers\""
@@ -120,23 +120,6 @@ def find_server(specs, name):
             return spec
     known = ", ".join(spec.name for spec in specs) or "none configured"
     raise UsageError("unknown MCP server", name, f"configured: {known}")
-
-
-def expand(text, environ, where=""):
-    inserted = []
-
-    def replace(match):
-        name, default = match.group(1), match.group(2)
-        value = environ.get(name)
-        if default is not None and not value:
-            return default
-        if value is not None:
-            inserted.append((name, value))
-            return value
-        raise ConfigError(f"{where or 'value'} uses ${{{name}}}, which is not set", name,
-                          f"export {name}=... or write ${{{name}:-default}}")
-
-    return VAR_PATTERN.sub(replace, text), inserted
 
 
 def resolve(spec, environ):

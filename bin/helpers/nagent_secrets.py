@@ -4,14 +4,16 @@ Data contract:
 - `SECRET_SUFFIXES`: a variable whose name ends with one of these is a secret wherever it appears
   (GITHUB_TOKEN, AWS_SECRET_ACCESS_KEY, DB_PASSWORD ...).
 - `key_names(rows)` -> sorted tuple of the variables a provider key may live in: every provider
-  row's key variables (the table's and a config's `api_key_env`) and every `${VAR}` a row's
-  `api_key` refers to. No shell command ever receives these.
+  row's key variables (the table's and a config's `api_key_env`) and every variable a row's
+  `api_key` refers to (one whole `${VAR}` / `${VAR:-default}` reference: nagent_env_refs). No
+  shell command ever receives these.
 - `secret_names(rows, environ)` -> key_names plus every variable of `environ` named with a
   SECRET_SUFFIX: all the variables whose values are secrets.
   `rows` are nagent_providers.ProviderRow values (`all_rows(config).values()`).
 - `secret_values(rows, environ)` -> tuple of secret values, longest first: the values those
-  names hold in `environ`, plus every literal `api_key` of a row. Values shorter than
-  MIN_SECRET_LEN are left out (blanking "abc" everywhere would only destroy output).
+  names hold in `environ`, plus every literal `api_key` of a row and a reference's default.
+  Values shorter than MIN_SECRET_LEN are left out (blanking "abc" everywhere would only destroy
+  output).
 - `redact(text, values)` -> text with each value replaced by REDACTED (longest first).
 - `known_secrets(environ)` -> secret_values for the providers the config files define; for
   error reporters that hold no session. A config that cannot be read falls back to the
@@ -25,6 +27,8 @@ defence, not the first.
 """
 import os
 
+from nagent_env_refs import whole_reference
+
 SECRET_SUFFIXES = ("_API_KEY", "_TOKEN", "_SECRET", "_PASSWORD", "_ACCESS_KEY", "_SECRET_KEY")
 MIN_SECRET_LEN = 6
 REDACTED = "[redacted]"
@@ -35,20 +39,13 @@ def is_secret_name(name):
     return name.upper().endswith(SECRET_SUFFIXES)
 
 
-def _reference(value):
-    """"${VAR}" -> "VAR", anything else -> None."""
-    if isinstance(value, str) and value.startswith("${") and value.endswith("}") and len(value) > 3:
-        return value[2:-1]
-    return None
-
-
 def key_names(rows):
     names = set()
     for row in rows:
         names.update(row.key_env)
-        reference = _reference(row.api_key)
+        reference = whole_reference(row.api_key)
         if reference:
-            names.add(reference)
+            names.add(reference[0])
     return tuple(sorted(names))
 
 
@@ -61,8 +58,9 @@ def secret_values(rows, environ):
     rows = tuple(rows)
     found = {environ.get(name) or "" for name in secret_names(rows, environ)}
     for row in rows:
-        if isinstance(row.api_key, str) and not _reference(row.api_key):
-            found.add(row.api_key)
+        if isinstance(row.api_key, str):
+            reference = whole_reference(row.api_key)
+            found.add(row.api_key if reference is None else reference[1] or "")
     return tuple(sorted((value for value in found if len(value) >= MIN_SECRET_LEN),
                         key=lambda value: (-len(value), value)))
 
