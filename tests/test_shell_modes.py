@@ -185,3 +185,51 @@ class SandboxModes(ShellModeCase):
                 self.assertEqual((error["kind"], error["exit_code"]), ("setup", 4))
                 self.assertFalse(os.path.exists(self.conversation("no-bwrap")))
         self.assertEqual(self.fake.requests, [])
+
+
+class ShellFactsTest(ShellModeCase):
+    """The session facts of the initial context say how shell commands run (sandbox, network,
+    writable trees, approval), as the model receives them, and never in the static prefix."""
+
+    def first_request(self, name, *flags):
+        self.fake.reply("<nagent-response>done</nagent-response>")
+        self.ok(self.nagent(name, *flags))
+        text = json.dumps(self.fake.requests[-1]["json"], ensure_ascii=False)
+        facts = text[text.index("Session facts:"):]
+        return text, facts[:facts.index("\\n\\n")]
+
+    def fact(self, facts, key):
+        found = re.findall(r"\\n- " + re.escape(key) + r": ([^\n]*?)(?=\\n|$)", facts)
+        return found[0] if found else None
+
+    @unittest.skipUnless(HAVE_BWRAP, "bwrap not installed")
+    def test_bwrap_names_network_and_writable_trees(self):
+        extra = os.path.join(self.tmp, "extra-writable")
+        os.mkdir(extra)
+        self.configure(shell={"sandbox": "bwrap", "writable": [extra]})
+        text, facts = self.first_request("facts-bwrap")
+        sandbox = self.fact(facts, "shell sandbox")
+        self.assertIsNotNone(sandbox, facts)
+        self.assertTrue(sandbox.startswith("bwrap, network off; writable: "), sandbox)
+        writable = sandbox.split("writable: ", 1)[1].split(";", 1)[0].split(", ")
+        self.assertEqual(writable[0], "the working directory")
+        self.assertIn(os.path.realpath(extra), writable)
+        self.assertIn(os.path.realpath(self.tmpdir), writable)  # TMPDIR, a temp root
+        self.assertNotIn(os.path.realpath(self.env["HOME"]), writable)
+        self.assertIn("~/.nagent hidden", sandbox)
+        self.assertIsNone(self.fact(facts, "shell approval"))
+        self.assertEqual(text.count("shell sandbox"), 1)  # only in the session part
+        self.configure(shell={"sandbox": "bwrap", "network": True})
+        _, facts = self.first_request("facts-net")
+        self.assertTrue(self.fact(facts, "shell sandbox").startswith("bwrap, network on; "))
+
+    def test_approval_other_than_auto_is_stated_and_defaults_add_nothing(self):
+        _, facts = self.first_request("facts-default")
+        self.assertIsNone(self.fact(facts, "shell sandbox"), facts)
+        self.assertIsNone(self.fact(facts, "shell approval"), facts)
+        _, facts = self.first_request("facts-deny", "--shell-approval", "deny")
+        self.assertTrue(self.fact(facts, "shell approval").startswith("deny: every command is refused"))
+        self.configure(shell={"approval": "confirm"})
+        _, facts = self.first_request("facts-confirm")
+        self.assertTrue(self.fact(facts, "shell approval").startswith(
+            "confirm: the user approves each command"))

@@ -6,13 +6,18 @@ Data contract:
   ~/.nagent/bin) and the MCP server names; it holds no timestamps, pids, paths, user or host
   names, nor anything of the project, so every request of that mode starts with the same bytes.
   `session` holds what varies, in this fixed order: the session facts (UTC date, cwd, user,
-  host, OS, python, shell, TMPDIR, the project root and git branch: nagent_project), for
+  host, OS, python, shell, how shell commands run when that is not the default: `shell`, from
+  `shell_facts`, TMPDIR, the project root and git branch: nagent_project), for
   file-edit mode the target's facts, the context layers user, project, directory
   (nagent_context_layers), the skills list (nagent_skills), and the project's tools (described
   only when trusted: nagent_trust). `files` are the context files read ({"layer", "path",
   "bytes", "cut"}); `warnings` lines for the user (project tools not run). `meta` is what the
   conversation's meta record keeps.
-- `build_initial_context(mode, environ, cwd, now, tools, file_edit, mcp_servers, options)` ->
+- `shell_facts(sandbox, network, writable, approval)` -> (key, value) facts: with the bwrap
+  sandbox, whether the network is on and which trees are writable (the working directory, then
+  `writable`: the caller passes nagent_sandbox.writable_dirs but cwd); with approval confirm or
+  deny, what that means. Nothing for no sandbox and approval auto.
+- `build_initial_context(mode, environ, cwd, now, tools, file_edit, mcp_servers, options, shell)` ->
   InitialContext. `tools` is discover_tools() output ([{name, description}]); None discovers
   with the default cache. `mcp_servers` are configured MCP server names: one sorted line each in
   `static` (names only, no tool fetch, so start-up stays fast and the prefix stable).
@@ -181,7 +186,28 @@ def _user(environ):
         return "(unknown)"
 
 
-def environment_facts(environ, cwd, now, project=None):
+APPROVAL_FACTS = {
+    "confirm": "confirm: the user approves each command on the terminal; a declined one is not run",
+    "deny": "deny: every command is refused (shell.approval), so do without <nagent-shell>",
+}
+
+
+def shell_facts(sandbox="none", network=False, writable=(), approval="auto"):
+    """(key, value) session facts on how <nagent-shell> commands run: the bwrap sandbox (network,
+    the writable trees besides the working directory, which always is) and an approval other
+    than auto; none for the defaults."""
+    facts = []
+    if sandbox == "bwrap":
+        facts.append(("shell sandbox", f"bwrap, network {'on' if network else 'off'}; writable: "
+                      + ", ".join(("the working directory", *writable)) + "; everything else read-only, "
+                      "~/.nagent hidden (its bin/ tools still run); environment: an allowlist of "
+                      "variables only"))
+    if approval in APPROVAL_FACTS:
+        facts.append(("shell approval", APPROVAL_FACTS[approval]))
+    return tuple(facts)
+
+
+def environment_facts(environ, cwd, now, project=None, shell=()):
     uname = os.uname()
     facts = [
         ("date (UTC)", _date(now)),
@@ -191,6 +217,7 @@ def environment_facts(environ, cwd, now, project=None):
         ("os", f"{uname.sysname} {uname.release} {uname.machine}"),
         ("python", "%d.%d.%d" % sys.version_info[:3]),
         ("shell", environ.get("SHELL") or "(unset)"),
+        *shell,
     ]
     if environ.get("TMPDIR"):
         problem = temp_root_problem(environ, cwd)
@@ -263,10 +290,10 @@ def project_tools_text(project, environ):
         "(run `nagent --trust` in it to use them)",)
 
 
-def session_parts(mode, environ, cwd, now, file_edit, options=None):
+def session_parts(mode, environ, cwd, now, file_edit, options=None, shell=()):
     """(session text, context files read, warnings for the user)."""
     project = find_project(cwd, environ)
-    parts = [environment_facts(environ, cwd, now, project)]
+    parts = [environment_facts(environ, cwd, now, project, shell)]
     if mode == "file-edit":
         parts.append(target_facts(file_edit))
     layers = load_layers(cwd, environ, project, options)
@@ -290,7 +317,7 @@ def session_text(mode, environ, cwd, now, file_edit, options=None):
 # -- public API -------------------------------------------------------------------------------
 
 def build_initial_context(mode="main", environ=None, cwd=None, now=None, tools=None,
-                          file_edit=None, mcp_servers=(), options=None):
+                          file_edit=None, mcp_servers=(), options=None, shell=()):
     if mode not in MODES:
         raise UsageError("unknown context mode", mode, "use main or file-edit")
     if mode == "file-edit" and not file_edit:
@@ -300,7 +327,7 @@ def build_initial_context(mode="main", environ=None, cwd=None, now=None, tools=N
     if tools is None:
         from nagent_discovery import default_bin_dirs, default_cache_path, discover_tools
         tools = discover_tools(default_bin_dirs(environ), default_cache_path(environ))
-    session, files, warnings = session_parts(mode, environ, cwd, now, file_edit, options)
+    session, files, warnings = session_parts(mode, environ, cwd, now, file_edit, options, shell)
     return InitialContext(static=static_text(mode, tools, mcp_servers), session=session,
                           files=files, warnings=warnings)
 

@@ -172,10 +172,15 @@ def build_session(options, environ, cwd, settings=None):
     def initial_context():
         import nagent_context
         facts = file_edit_facts(record, nagent_context, make_action_context()) if record else None
+        writable = (nagent_sandbox.writable_dirs(cwd, policy, run_environ)
+                    if policy.sandbox == "bwrap" else ())
+        shell = nagent_context.shell_facts(
+            policy.sandbox, policy.sandbox_network,
+            tuple(path for path in writable if path != os.path.realpath(cwd)), policy.approval)
         return nagent_context.build_initial_context(
             mode="file-edit" if record else "main", environ=environ, cwd=cwd, file_edit=facts,
             mcp_servers=tuple(spec.name for spec in settings.mcp_servers),
-            options=settings.context)
+            options=settings.context, shell=shell)
 
     meta = {"invocation": options.get("invocation") or "user"}
     if options.get("parent_conversation"):
