@@ -1,13 +1,16 @@
 """Run every benchmark of the project and print one summary table (figure, value, target, verdict).
 
-Runs benchmarks/startup.py, turns.py, split_patch.py, parser.py, long_run.py, sandbox.py,
-first_answer.py and parallel_agents.py through their main() (a missing or failing one is
-reported and skipped), then its own measurement: `nagent --status` on a 50 MB conversation
-(generated with nagent_conversation.encode_record into a temp HOME; median of 5 runs). Each
-benchmark's own output is printed first, the table last as
-Markdown, under a line naming the machine it ran on. Prints figures; asserts nothing.
+Runs benchmarks/startup.py, turns.py, split_patch.py, split_memory.py, parser.py, long_run.py,
+sandbox.py, first_answer.py, parallel_agents.py and context.py through their main() (a missing
+or failing one is reported and skipped), then its own measurement: `nagent --status` on a 50 MB
+conversation (generated with nagent_conversation.encode_record into a temp HOME; median of 5
+runs). split_corpus.py (every splittable file of the stdlib, site-packages and /usr/include:
+minutes) runs only when asked: `--corpus`, or `--only split_corpus`; with --quick it splits only
+the files over 64 KiB and measures no peak memory (about 30 s). Each benchmark's own output is
+printed first, the table last as Markdown, under a line naming the machine it ran on. Prints
+figures; asserts nothing.
 
-Run: python3 benchmarks/run_all.py [--quick] [--only NAME ...]
+Run: python3 benchmarks/run_all.py [--quick] [--corpus] [--only NAME ...]
 --quick uses smaller inputs and fewer runs (a smoke run; its figures are not the README's).
 """
 import argparse
@@ -200,16 +203,61 @@ def summarize_first_answer(rows, _text, table):
                   "after the request")
 
 
+def summarize_split_memory(_value, text, table):
+    rows = re.findall(r"^\| ([^|]+?) \| ([\d.]+) MB \| [^|]+ \| [^|]+ \| ([\d.]+)x \| "
+                      r"([\d.]+) s \|.*\| (pass|FAIL) \|$", text, re.M)
+    errors = re.findall(r"^\| ([^|]+?) \| [\d,]+ \| error: ", text, re.M)
+    if not rows and not errors:
+        raise ValueError("no rows")
+    worst = max(rows, key=lambda row: float(row[2]), default=None)
+    slowest = max(rows, key=lambda row: float(row[3]), default=None)
+    value = (f"at most {worst[2]}× the input ({worst[0]}); slowest {slowest[3]} s ({slowest[0]})"
+             if worst else "no input split")
+    if errors:
+        value += f"; {len(errors)} failed ({errors[0]})"
+    sizes = sorted({float(row[1]) for row in rows})
+    table.add(f"split peak memory - baseline, {len(rows) + len(errors)} generated worst cases "
+              f"({sizes[0]:g}–{sizes[-1]:g} MB)" if sizes else "split peak memory", value,
+              "≤ 10×", not errors and all(row[4] == "pass" for row in rows))
+
+
+def summarize_split_corpus(_value, text, table):
+    total = re.search(r"^\| all \| all \| ([\d,]+) \| ([\d,]+) \| ([\d,]+) \| (\d+) \| [\d,]+ \| "
+                      r"[\d,]+ \| [\d,]+ \| (\d+) \| (\d+) \| (\d+) \|", text, re.M)
+    wall = re.search(r"^wall time (\d+) s", text, re.M)
+    files, big, segments, over, byte_errors, refused, crashes = total.groups()
+    table.add(f"split corpus: stdlib, site-packages, /usr/include ({files} files, {big} over "
+              "64 KiB)",
+              f"{segments} segments, {over} over 64 KiB, {byte_errors} byte errors, {refused} "
+              f"non-UTF-8 refused, {crashes} crashes; {wall.group(1) if wall else '?'} s",
+              "0 over 64 KiB", over == byte_errors == crashes == "0")
+    done = re.search(r"^done-check \(([^)]*)\): (\d+) files, ([\d,]+) segments, (\d+) over 64 KiB, "
+                     r"(\d+) failed, .*: (pass|FAIL)$", text, re.M)
+    if done:
+        table.add(f"split done-check: {done.group(1)} ({done.group(2)} files)",
+                  f"{done.group(3)} segments, {done.group(4)} over 64 KiB, {done.group(5)} failed",
+                  "0 over 64 KiB", done.group(6) == "pass")
+
+
+def summarize_context(rows, _text, table):
+    for row in rows:
+        table.add(f"context: {row['figure']}", f"{row['median_ms']:.1f} ms")
+
+
 BENCHMARKS = (  # name, full argv, --quick argv, summary
     ("startup", [], ["--runs", "3"], summarize_startup),
     ("turns", [], ["openai"], summarize_turns),
     ("split_patch", [], ["--python-lines", "20000", "--text-mb", "2"], summarize_split_patch),
+    ("split_memory", [], ["--mb", "1"], summarize_split_memory),
+    ("split_corpus", [], ["--big-only", "--largest", "0"], summarize_split_corpus),
     ("parser", [], ["--cases", "5000"], summarize_parser),
     ("long_run", [], ["--turns", "12", "--runs", "2"], summarize_long_run),
     ("sandbox", [], ["--runs", "5"], summarize_sandbox),
     ("first_answer", [], ["--runs", "2", "openai"], summarize_first_answer),
     ("parallel_agents", [], ["--delay", "0.5"], summarize_parallel),
+    ("context", [], ["--runs", "3"], summarize_context),
 )
+OPT_IN = ("split_corpus",)  # minutes long: run only when asked (--corpus or --only)
 
 
 # -- --status on a big conversation ----------------------------------------------------------
@@ -283,11 +331,14 @@ def measure_status(table, runs=5, megabytes=STATUS_MB):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller inputs, fewer runs")
+    parser.add_argument("--corpus", action="store_true",
+                        help="also run split_corpus (minutes; with --quick about 30 s)")
     parser.add_argument("--only", nargs="+", metavar="NAME",
-                        help="run only these (startup turns split_patch parser long_run sandbox "
-                             "first_answer parallel_agents status)")
+                        help="run only these (" + " ".join(name for name, *_ in BENCHMARKS)
+                             + " status)")
     args = parser.parse_args(argv)
-    wanted = set(args.only or [name for name, *_ in BENCHMARKS] + ["status"])
+    wanted = set(args.only or [name for name, *_ in BENCHMARKS if name not in OPT_IN]
+                 + ["status"] + (list(OPT_IN) if args.corpus else []))
     header = machine()
     print(f"machine: {header}\n")
     table = Table()
