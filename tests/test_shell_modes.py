@@ -21,7 +21,7 @@ import sys
 import time
 import unittest
 
-from base import BIN
+from base import BIN, HELPERS
 from fakes import FakeVendorTestCase
 from unprivileged import outside_dir
 
@@ -233,3 +233,39 @@ class ShellFactsTest(ShellModeCase):
         _, facts = self.first_request("facts-confirm")
         self.assertTrue(self.fact(facts, "shell approval").startswith(
             "confirm: the user approves each command"))
+
+
+# Runs bin/nagent until it hands its first request to the provider SDK (as
+# benchmarks/first_answer.py does) and prints which shell modules were imported by then.
+FIRST_REQUEST_IMPORTS = """
+import os, runpy, sys
+sys.path.insert(0, sys.argv[1])
+import nagent_run
+def handed_off(self):
+    print(sorted(m for m in ("nagent_shell", "nagent_sandbox", "nagent_approval") if m in sys.modules))
+    sys.stdout.flush()
+    os._exit(0)
+nagent_run.Run.provider_client = handed_off
+sys.argv = [os.path.join(os.path.dirname(sys.argv[1]), "nagent")] + sys.argv[2:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+class FirstRequestImportsTest(ShellModeCase):
+    """The shell's modules are the first shell action's cost, not the first request's: the
+    config schema has checked the shell settings, so a session imports them only to sandbox."""
+
+    def modules_at_first_request(self, *flags):
+        proc = subprocess.run([sys.executable, "-c", FIRST_REQUEST_IMPORTS, HELPERS, "-q",
+                               "--no-stream", *flags, "hello"], capture_output=True, text=True,
+                              env=self.env, cwd=self.cwd, timeout=60, stdin=subprocess.DEVNULL)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        return proc.stdout.strip()
+
+    def test_an_unsandboxed_run_imports_no_shell_module_before_its_first_request(self):
+        self.assertEqual(self.modules_at_first_request("--shell-approval", "confirm"), "[]")
+
+    @unittest.skipUnless(HAVE_BWRAP, "bwrap not installed")
+    def test_a_sandboxed_run_prepares_the_sandbox_before_its_first_request(self):
+        self.assertEqual(self.modules_at_first_request("--shell-sandbox", "bwrap"),
+                         "['nagent_approval', 'nagent_sandbox', 'nagent_shell']")

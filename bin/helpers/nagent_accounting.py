@@ -32,6 +32,8 @@ PRICES = {
 
 @dataclass(frozen=True)
 class TokenStats:
+    """Token and cost totals of calls, runs or a conversation."""
+
     model_calls: int = 0
     current_input: int = 0
     input_tokens: int = 0

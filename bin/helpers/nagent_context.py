@@ -63,6 +63,8 @@ LANGUAGE_NAMES = {"Makefile": "Makefile", "makefile": "Makefile", "Dockerfile": 
 
 @dataclass(frozen=True)
 class InitialContext:
+    """The initial context in its two parts (static, session), the files read and warnings."""
+
     static: str
     session: str
     files: tuple = ()      # the context files read: {"layer", "path", "bytes", "cut"}

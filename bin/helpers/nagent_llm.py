@@ -41,8 +41,12 @@ RETRYABLE_STATUS = frozenset({408, 409, 429, 529})
 FINISH_REASONS = ("stop", "length", "stop_sequence", "content_filter", "other")
 
 
+# Every dataclass on the way to the first request has a docstring: without one, dataclass
+# computes one from inspect.signature at import (about 70 us each).
 @dataclass(frozen=True)
 class Message:
+    """One message of a request: a role and its text parts."""
+
     role: str
     parts: tuple
 
@@ -54,6 +58,8 @@ class Message:
 
 @dataclass(frozen=True)
 class Attachment:
+    """A file sent with a request: path, name, MIME type, category and size."""
+
     path: str
     name: str
     mime: str
@@ -63,6 +69,8 @@ class Attachment:
 
 @dataclass(frozen=True)
 class Request:
+    """What a provider adapter sends: messages, stop sequences, cache hints, attachments."""
+
     messages: tuple
     stop: tuple = ()
     cache_key: str | None = None
@@ -73,6 +81,8 @@ class Request:
 
 @dataclass(frozen=True)
 class Result:
+    """One model call's answer: text, usage, finish reason, timing."""
+
     text: str
     provider: str
     model: str

@@ -19,19 +19,20 @@ built from `settings.shell`, sub-agent limits from `settings.agents`, file tool 
 import hashlib
 import os
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cache, cached_property, partial
 from typing import Callable
 
 from nagent_config import api_key_for, resolve_settings
 import nagent_conversation_layout as layout
 from nagent_fs import regular_file_stat
-import nagent_sandbox
 from nagent_secrets import key_names, secret_values
 from nagent_write_policy import WriteMode
 
 
 @dataclass(frozen=True)
 class Session:
+    """One invocation's resolved inputs (see the module's data contract)."""
+
     path: str
     settings: object
     limits: object          # settings.loop: max_calls, max_format_retries, ... (see nagent_config)
@@ -53,13 +54,15 @@ class Session:
 
 
 def shell_policy(settings):
-    from nagent_shell import ShellPolicy, check_policy
+    """The ShellPolicy of `settings.shell`. The config schema checked every field (choices and
+    ranges) and run_shell checks the policy it runs under, so nothing is checked here; the shell
+    module is imported by the first shell action (or a sandboxed session), not before the first
+    request."""
+    from nagent_shell import ShellPolicy
     shell = settings.shell
-    policy = ShellPolicy(timeout=shell.timeout, output_cap=shell.output_cap, approval=shell.approval,
-                         sandbox=shell.sandbox, sandbox_network=shell.network,
-                         writable=shell.writable, env=shell.env)
-    check_policy(policy)
-    return policy
+    return ShellPolicy(timeout=shell.timeout, output_cap=shell.output_cap, approval=shell.approval,
+                       sandbox=shell.sandbox, sandbox_network=shell.network,
+                       writable=shell.writable, env=shell.env)
 
 
 def check_conversation(options, environ):
@@ -148,10 +151,14 @@ def build_session(options, environ, cwd, settings=None):
         settings = resolve_settings(provider_overrides(options), environ)
     api_key_for(settings)
     require_sdk(settings.provider)
-    policy, run_environ = shell_policy(settings), shell_environ(environ)
-    # A sandbox that cannot start (exit 4) or cannot protect nagent's own files (exit 10) stops
-    # the run here, before any model call, rather than failing every shell action later.
-    warnings = nagent_sandbox.prepare(policy, cwd, run_environ)
+    run_environ, sandboxed = shell_environ(environ), settings.shell.sandbox == "bwrap"
+    policy = cache(partial(shell_policy, settings))
+    warnings = ()
+    if sandboxed:
+        import nagent_sandbox  # an unsandboxed run needs none of it before its first action
+        # A sandbox that cannot start (exit 4) or cannot protect nagent's own files (exit 10)
+        # stops the run here, before any model call, rather than failing every shell action.
+        warnings = nagent_sandbox.prepare(policy(), cwd, run_environ)
     path, mode, record, pid = resolve_conversation(options, environ)
     side_dir = layout.side_dir(path)
     depth = int(options.get("depth") or 0)
@@ -161,7 +168,7 @@ def build_session(options, environ, cwd, settings=None):
         from nagent_actions import ActionContext
         return ActionContext(
             cwd=cwd, environ=run_environ, write_mode=mode, conversation=path, side_dir=side_dir,
-            shell_policy=policy, settings=settings, pid=pid, depth=depth,
+            shell_policy=policy(), settings=settings, pid=pid, depth=depth,
             max_depth=settings.agents.max_depth, agent_timeout=settings.agents.timeout,
             max_parallel=settings.agents.max_parallel,
             file_tool_timeout=settings.file_tools.timeout,
@@ -172,11 +179,13 @@ def build_session(options, environ, cwd, settings=None):
     def initial_context():
         import nagent_context
         facts = file_edit_facts(record, nagent_context, make_action_context()) if record else None
-        writable = (nagent_sandbox.writable_dirs(cwd, policy, run_environ)
-                    if policy.sandbox == "bwrap" else ())
-        shell = nagent_context.shell_facts(
-            policy.sandbox, policy.sandbox_network,
-            tuple(path for path in writable if path != os.path.realpath(cwd)), policy.approval)
+        writable = ()
+        if sandboxed:
+            import nagent_sandbox
+            writable = tuple(tree for tree in nagent_sandbox.writable_dirs(
+                cwd, policy(), run_environ) if tree != os.path.realpath(cwd))
+        shell = nagent_context.shell_facts(settings.shell.sandbox, settings.shell.network, writable,
+                                           settings.shell.approval)
         return nagent_context.build_initial_context(
             mode="file-edit" if record else "main", environ=environ, cwd=cwd, file_edit=facts,
             mcp_servers=tuple(spec.name for spec in settings.mcp_servers),

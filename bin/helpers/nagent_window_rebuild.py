@@ -35,6 +35,8 @@ POINTER_BYTES = 260      # about the size of a pointer, for the tail budget
 
 @dataclass(frozen=True)
 class WindowSettings:
+    """The window thresholds: checkpoint growth, window size, kept tail, side-file size."""
+
     checkpoint_every_bytes: int = 200_000
     window_max_bytes: int = 400_000
     tail_bytes: int = 40_000

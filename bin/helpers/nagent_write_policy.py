@@ -48,6 +48,8 @@ _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 @dataclass(frozen=True)
 class WriteMode:
+    """Who may write what: the main conversation, or a per-file edit session's target."""
+
     kind: str = "main"
     target: str | None = None
     target_id: str | None = None
