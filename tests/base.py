@@ -6,10 +6,12 @@ environment dict (`self.env`) with every provider key variable and base URL remo
 `NAGENT_CONFIG` pointing at `self.config_path` (an empty "{}" until `write_config` replaces it:
 a NAGENT_CONFIG naming a missing file is an error),
 `NAGENT_NO_SPINNER=1`, and `TMPDIR` inside the temp dir. `run_tool(name, *args, input=...)`
-runs a real bin/ executable as a subprocess with that environment and returns a
-CompletedProcess with text stdout/stderr. In-process code under test should receive
+runs a real bin/ executable as a separate process with that environment (a child of the
+suite's zygote, tests/zygote.py; `fresh=True` or a class's `FRESH_RUNS` execs a new
+interpreter) and returns a CompletedProcess with text stdout/stderr. In-process code under test should receive
 `self.env` explicitly or run inside `with self.patched_environ():`.
 """
+import atexit
 import json
 import os
 import shutil
@@ -26,6 +28,11 @@ TESTS = os.path.dirname(os.path.abspath(__file__))
 if HELPERS not in sys.path:
     sys.path.insert(0, HELPERS)
 
+# Child interpreters share one bytecode cache outside the repo and outside every test's tree:
+# a PYTHONDONTWRITEBYTECODE child recompiles every helper it imports (30-90 ms a process).
+PYCACHE = tempfile.mkdtemp(prefix="nagent-test-pycache-")
+atexit.register(shutil.rmtree, PYCACHE, True)
+
 SCRUBBED_PREFIXES = ("OPENAI_", "ANTHROPIC_", "GOOGLE_", "GEMINI_", "CURSOR_", "NAGENT_",
                      "OPENROUTER_", "STY", "WINDOW", "BASHPID", "TMUX")
 
@@ -41,11 +48,28 @@ def clean_environ(base=None):
             continue
         env[name] = value
     env["NO_PROXY"] = env["no_proxy"] = "127.0.0.1,localhost"
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env["PYTHONPYCACHEPREFIX"] = PYCACHE
     return env
+
+
+STARTUP_VARIABLES = ("LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE")
+
+
+def zygote_can_run(env):
+    """A zygote child keeps the interpreter start-up of the zygote, which ran with the clean
+    environment: a run whose environment would start the interpreter differently is fresh."""
+    clean = clean_environ()
+    return all(env.get(name) == clean.get(name) for name in STARTUP_VARIABLES) and all(
+        env.get(name) == clean.get(name) for name in set(env) | set(clean)
+        if name.startswith("PYTHON") and name != "PYTHONPYCACHEPREFIX")
 
 
 class HermeticTestCase(unittest.TestCase):
     maxDiff = None
+    # True for tests that look at what only an exec'd interpreter has: /proc/PID/environ and
+    # cmdline are the zygote's for a forked run.
+    FRESH_RUNS = False
 
     def setUp(self):
         super().setUp()
@@ -60,7 +84,7 @@ class HermeticTestCase(unittest.TestCase):
         self.write_config({})
         env = clean_environ()
         env.update(HOME=self.home, NAGENT_CONFIG=self.config_path, NAGENT_NO_SPINNER="1",
-                   TMPDIR=self.tmpdir, PYTHONDONTWRITEBYTECODE="1")
+                   TMPDIR=self.tmpdir)
         self.env = env
         old_cwd = os.getcwd()
         os.chdir(self.cwd)
@@ -79,11 +103,18 @@ class HermeticTestCase(unittest.TestCase):
             handle.write(content)
         return path
 
-    def run_tool(self, name, *args, input=None, env=None, timeout=120, cwd=None):
-        cmd = [sys.executable, os.path.join(BIN, name), *args]
-        return subprocess.run(cmd, input=input, capture_output=True, text=True,
-                              env=self.env if env is None else env, timeout=timeout,
-                              cwd=self.cwd if cwd is None else cwd)
+    def run_tool(self, name, *args, input=None, env=None, timeout=120, cwd=None, fresh=False):
+        """Run bin/NAME to the end. By default the run is a child of the suite's zygote (see
+        tests/zygote.py: a separate process with the SDKs already imported); `fresh=True`, or an
+        environment that changes interpreter start-up, runs a new interpreter instead."""
+        env = self.env if env is None else env
+        cwd = self.cwd if cwd is None else cwd
+        script = os.path.join(BIN, name)
+        if not (fresh or self.FRESH_RUNS) and zygote_can_run(env):
+            import zygote
+            return zygote.shared().run(script, args, env, cwd, input=input, timeout=timeout)
+        return subprocess.run([sys.executable, script, *args], input=input, capture_output=True,
+                              text=True, env=env, timeout=timeout, cwd=cwd)
 
     def assertCleanError(self, proc, code=None, contains=None):
         """A failed command: non-zero (or `code`), one `Error:` line, no traceback."""

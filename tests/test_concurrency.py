@@ -1,8 +1,8 @@
 """Concurrency (issue 6): simultaneous invocations on one conversation and simultaneous
 per-file edit sessions from one shell, as separate bin/nagent processes against one fake vendor.
 The shared-conversation runs are fresh `python3 bin/nagent` processes; the ten edit sessions
-are children of the zygote below (bin/nagent run in a forked process that already imported
-the SDK), which saves ten seconds of SDK imports and starts them closer together.
+are children of the suite's zygote (tests/zygote.py: bin/nagent run in a forked process that
+already imported the SDK), which saves ten seconds of SDK imports and starts them closer together.
 
 Contract checked:
 - 10 invocations started together on one conversation: each exits 0 or 7 (one `Error:` line
@@ -12,12 +12,6 @@ Contract checked:
   each file gets its own conversation holding only its own run, and the shell's file index is
   one valid JSON document with a record for every file.
 - 10 processes hammering resolve_file_edit on 5 files each: the index ends with all 50 records.
-
-The zygote (also used by the crash tests): a fresh bin/nagent spends about a second importing
-the SDK before its first model call. The zygote process imports it once, warms it with one real
-run, and forks one child per invocation that runs the bin/nagent file itself (runpy, as
-__main__): a separate process whose files, locks, exit code and death behave as bin/nagent's.
-It is single-threaded (safe to fork), reaps its children and kills only its own live children.
 """
 import json
 import os
@@ -26,8 +20,9 @@ import subprocess
 import sys
 import threading
 
-from base import BIN, HELPERS, clean_environ
-from fakes import FakeVendor, FakeVendorTestCase, ReplySpec
+from base import BIN, HELPERS
+from fakes import FakeVendorTestCase, ReplySpec
+import zygote
 
 import nagent_conversation
 import nagent_file_edit_lib
@@ -35,173 +30,6 @@ import nagent_file_edit_lib
 RUNS = 10
 TASK_RE = re.compile(r"task-(\d+)")
 NAGENT = os.path.join(BIN, "nagent")
-
-ZYGOTE_SOURCE = r"""
-import json, os, runpy, select, sys
-sys.path.insert(0, sys.argv[1])
-import openai  # noqa: F401 - the import every fresh bin/nagent pays for
-import nagent_commands, nagent_loop, nagent_session, nagent_provider_openai, nagent_actions  # noqa
-children, buffer = set(), b""
-
-def say(*words):
-    sys.stdout.write(" ".join(map(str, words)) + "\n")
-    sys.stdout.flush()
-
-def child(job):
-    code = 1
-    try:
-        os.chdir(job["cwd"])
-        os.environ.clear()
-        os.environ.update(job["env"])
-        for fd, path in ((0, os.devnull), (1, job["stdout"]), (2, job["stderr"])):
-            os.dup2(os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC * (fd > 0), 0o600), fd)
-        sys.argv = [job["script"], *job["args"]]
-        runpy.run_path(job["script"], run_name="__main__")
-        code = 0
-    except SystemExit as stop:
-        code = stop.code if isinstance(stop.code, int) else int(stop.code is not None)
-    except BaseException:
-        import traceback
-        traceback.print_exc()
-    finally:
-        try:
-            sys.stdout.flush()
-            sys.stderr.flush()
-        finally:
-            os._exit(code)  # never back into the zygote's loop
-
-def warm(job):
-    # One real run in the zygote itself: the SDK's lazy imports and type caches are filled
-    # once here instead of in every child.
-    import contextlib, gc, io
-    saved, cwd = dict(os.environ), os.getcwd()
-    os.environ.update(job["env"])
-    os.chdir(job["cwd"])
-    sys.argv = [job["script"], *job["args"]]
-    code = 0
-    try:
-        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-            runpy.run_path(job["script"], run_name="__main__")
-    except SystemExit as stop:
-        code = stop.code if isinstance(stop.code, int) else int(stop.code is not None)
-    except BaseException:
-        code = 1
-    os.environ.clear()
-    os.environ.update(saved)
-    os.chdir(cwd)
-    gc.collect()
-    gc.freeze()  # children's collections then leave the shared pages alone (no copy-on-write)
-    say("warm", 0, code)
-
-while True:
-    ready = select.select([0], [], [], 0.005)[0]
-    while children:
-        pid, status = os.waitpid(-1, os.WNOHANG)
-        if pid == 0:
-            break
-        children.discard(pid)
-        say("exit", pid, os.waitstatus_to_exitcode(status))
-    data = os.read(0, 65536) if ready else b"-"
-    if not data:
-        break
-    buffer += data if ready else b""
-    while b"\n" in buffer:
-        line, buffer = buffer.split(b"\n", 1)
-        job = json.loads(line)
-        if job["op"] == "warm":
-            warm(job)
-        elif job["op"] == "spawn":
-            pid = os.fork()
-            if pid == 0:
-                child(job)
-            children.add(pid)
-            say("spawned", job["id"], pid)
-        elif job["op"] == "kill" and job["pid"] in children:
-            os.kill(job["pid"], 9)
-for pid in children:
-    os.kill(pid, 9)
-"""
-
-
-class Zygote:
-    def __init__(self, root):
-        self.proc = subprocess.Popen([sys.executable, "-c", ZYGOTE_SOURCE, HELPERS], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, text=True, env=clean_environ())
-        self.events = {"spawned": {}, "exit": {}, "warm": {}}
-        self.spawned, self.exits, self.serial = self.events["spawned"], self.events["exit"], 0
-        self.gone = False
-        self.changed = threading.Condition()
-        self.reader = threading.Thread(target=self._read, daemon=True)
-        self.reader.start()
-        with FakeVendor() as fake:
-            fake.reply_fn(lambda record: "<nagent-response>warm</nagent-response>")
-            env = dict(clean_environ(), HOME=root,
-                       NAGENT_NO_SPINNER="1", **fake.env())
-            self.send({"op": "warm", "script": NAGENT, "args": ["warm up"], "env": env, "cwd": root})
-            try:
-                self.wait_for(lambda: self.events["warm"], "no warm-up")
-                if self.events["warm"][0] != 0:
-                    raise AssertionError(f"zygote: warm-up run exited {self.events['warm'][0]}")
-            except AssertionError:
-                self.close()
-                raise
-
-    def _read(self):
-        for line in self.proc.stdout:
-            word, key, value = line.split()
-            with self.changed:
-                self.events[word][int(key)] = int(value)
-                self.changed.notify_all()
-        with self.changed:
-            self.gone = True  # the zygote died: nobody waits for it any longer
-            self.changed.notify_all()
-
-    def wait_for(self, predicate, what, timeout=120):
-        with self.changed:
-            if not self.changed.wait_for(lambda: predicate() or self.gone, timeout=timeout) \
-                    or not predicate():
-                raise AssertionError(f"zygote: {what}")
-
-    def send(self, job):
-        self.proc.stdin.write(json.dumps(job) + "\n")
-        self.proc.stdin.flush()
-
-    def spawn(self, args, env, cwd, stdout, stderr):
-        self.serial += 1
-        self.send({"op": "spawn", "id": self.serial, "script": NAGENT, "args": args, "env": env,
-                   "cwd": cwd, "stdout": stdout, "stderr": stderr})
-        serial = self.serial
-        self.wait_for(lambda: serial in self.spawned, "no fork")
-        with self.changed:
-            return Forked(self, self.spawned.pop(serial))
-
-    def close(self):
-        self.proc.stdin.close()
-        self.proc.wait(timeout=30)
-        self.reader.join(timeout=30)
-        self.proc.stdout.close()
-
-
-class Forked:
-    """poll / kill / wait / returncode of a zygote child, like subprocess.Popen."""
-
-    def __init__(self, zygote, pid):
-        self.zygote, self.pid = zygote, pid
-
-    @property
-    def returncode(self):
-        return self.zygote.exits.get(self.pid)
-
-    def poll(self):
-        return self.returncode
-
-    def kill(self):
-        self.zygote.send({"op": "kill", "pid": self.pid})
-
-    def wait(self, timeout=60):
-        self.zygote.wait_for(lambda: self.pid in self.zygote.exits, f"child {self.pid} did not exit",
-                             timeout)
-        return self.returncode
 
 
 def scripted(record):
@@ -286,12 +114,10 @@ class SharedConversationTest(ConcurrencyCase):
 class FileEditSessionsTest(ConcurrencyCase):
     def test_ten_file_edit_sessions_from_one_shell(self):
         files = [self.write_file(f"src/mod{i}.py", f"# module {i}\n") for i in range(RUNS)]
-        os.makedirs(os.path.join(self.tmp, "zygote"))
-        zygote = Zygote(os.path.join(self.tmp, "zygote"))
-        self.addCleanup(zygote.close)
+        server = zygote.shared()
         outputs = [(os.path.join(self.tmp, f"out-{i}"), os.path.join(self.tmp, f"err-{i}"))
                    for i in range(RUNS)]
-        children = [zygote.spawn(["--file-edit", path, "--pid", "shell1", f"task-{i} edit"], self.env,
+        children = [server.spawn(NAGENT, ["--file-edit", path, "--pid", "shell1", f"task-{i} edit"], self.env,
                                  self.cwd, *outputs[i]) for i, path in enumerate(files)]
         for i, child in enumerate(children):
             code = child.wait(timeout=120)

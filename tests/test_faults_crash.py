@@ -17,7 +17,7 @@ the kill figures.
 
 A fresh bin/nagent spends about a second importing the SDK before its first model call, so 50+
 fresh kills and their follow-ups would cost minutes of CPU: most invocations are children of
-the zygote (see test_concurrency), separate processes running the bin/nagent file with the SDK
+the suite's zygote (tests/zygote.py), separate processes running the bin/nagent file with the SDK
 already imported. FRESH_SHARE of the killed invocations, and each worker's last run, start a
 fresh `python3 bin/nagent`.
 """
@@ -33,7 +33,8 @@ import types
 
 from base import HermeticTestCase, clean_environ
 from fakes import FakeVendor, ReplySpec
-from test_concurrency import NAGENT, Zygote
+from test_concurrency import NAGENT
+import zygote as zygotes
 from test_file_edit import last_block, request_text
 
 import nagent_conversation
@@ -77,7 +78,7 @@ class Worker:
         self.env = clean_environ()
         self.env.update(self.fake.env())
         self.env.update(HOME=self.home, TMPDIR=self.tmpdir, NAGENT_NO_SPINNER="1",
-                        PYTHONDONTWRITEBYTECODE="1", NAGENT_CONFIG=os.path.join(root, "config.json"))
+                        NAGENT_CONFIG=os.path.join(root, "config.json"))
         with open(self.env["NAGENT_CONFIG"], "w", encoding="utf-8") as handle:
             json.dump(CONFIG, handle)
         self.pid = f"w{number}"
@@ -117,7 +118,7 @@ class Worker:
                 self.proc = subprocess.Popen([sys.executable, NAGENT, *args], stdin=subprocess.DEVNULL,
                                              stdout=stdout, stderr=stderr, env=self.env, cwd=self.cwd)
         else:
-            self.proc = self.zygote.spawn(args, self.env, self.cwd, out, err)
+            self.proc = self.zygote.spawn(NAGENT, args, self.env, self.cwd, out, err)
 
     def output(self):
         return tuple(read_or_none(os.path.join(self.root, name)).decode("utf-8", "replace")
@@ -306,9 +307,7 @@ class Worker:
 class CrashTest(HermeticTestCase):
     def test_sigkill_at_random_moments_loses_nothing(self):
         rng = random.Random(SEED)
-        os.makedirs(os.path.join(self.tmp, "zygote"))
-        zygote = Zygote(os.path.join(self.tmp, "zygote"))
-        self.addCleanup(zygote.close)
+        zygote = zygotes.shared()
         workers = [Worker(self, number, os.path.join(self.tmp, f"w{number}"), zygote)
                    for number in range(WORKERS)]
         for worker in workers:

@@ -29,6 +29,8 @@ def marker(name):
 
 
 class SecretsTest(FakeVendorTestCase):
+    FRESH_RUNS = True  # the shell reads nagent's /proc/$PPID/environ
+
     def setUp(self):
         super().setUp()
         self.markers = {
@@ -157,6 +159,7 @@ class StreamRedactionTest(HermeticTestCase):
 class KeyEnvRedactionTest(FakeVendorTestCase):
     """Issue 10 item 2: a key held in a variable that only `providers.NAME.api_key_env` names
     (no *_API_KEY suffix) is redacted everywhere, like every other key nagent knows."""
+    FRESH_RUNS = True  # the shell reads nagent's /proc/$PPID/environ
 
     def setUp(self):
         super().setUp()
