@@ -47,6 +47,31 @@ class ConventionsTest(HermeticTestCase):
         self.assertEqual(dynamic, {"attr": "nagent_install.VERSION"})
         self.assertIn("version", pyproject()["project"]["dynamic"])
 
+    def test_every_tool_with_json_reports_each_error_as_a_json_object(self):
+        # A usage error (argparse, before any tool code) and a runtime error (a missing file):
+        # with --json, stdout is one JSON error object and stderr still has the one Error: line.
+        missing = os.path.join(self.cwd, "missing.txt")
+        cases = {
+            "nagent": (["--json", "--no-such-flag"], ["--json", "--file-edit", missing, "go"]),
+            "nagent-llm-text": (["--json", "--no-such-flag"], ["--json", "--provider", "nope", "hi"]),
+            "nagent-llm-upload": (["--json", "--no-such-flag"], ["--json", "--file", missing, "--prompt", "x"]),
+            "nagent-file-split": (["--json", "--no-such-flag"], ["--json", "--file", missing, "--output", "out"]),
+            "nagent-file-patch": (["--json", "--no-such-flag"], ["--json", "--index", missing]),
+            "nagent-file-edit": (["--json", "--no-such-flag"], ["--json", "--file", missing, "go"]),
+            "nagent-file-summarize": (["--json", "--no-such-flag"], ["--json", "--file", missing]),
+            "nagent-mcp": (["--json", "--no-such-flag"], ["--json", "call", "nope", "echo"]),
+        }
+        self.assertEqual(sorted(cases), sorted(TOOLS))
+        for name, runs in cases.items():
+            for args in runs:
+                with self.subTest(tool=name, args=args):
+                    proc = self.run_tool(name, *args, input="")
+                    self.assertCleanError(proc)
+                    data = json.loads(proc.stdout)
+                    error = data["error"] if isinstance(data["error"], dict) else data  # nagent's run document
+                    self.assertEqual(error["exit_code"], proc.returncode, proc.stdout)
+                    self.assertIn(error["error"], proc.stderr)
+
     def test_every_flag_has_a_help_text(self):
         for name, module in TOOLS.items():
             parser = importlib.import_module(module).build_parser()

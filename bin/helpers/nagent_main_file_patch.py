@@ -39,19 +39,13 @@ def main(argv=None):
         return 0
     args = build_parser().parse_args(argv)
     from nagent_cli import emit_json
-    from nagent_errors import NagentError, UsageError
+    from nagent_errors import UsageError
     from nagent_file_patch_lib import patch_from_index
-    try:
-        if (args.expect_source is None) != (args.expect_sha256 is None):
-            raise UsageError("--expect-source and --expect-sha256 go together",
-                             args.expect_source or args.expect_sha256, "pass both or neither")
-        expect = (args.expect_source, args.expect_sha256) if args.expect_source else None
-        result = patch_from_index(args.index, dry_run=args.dry_run, force=args.force,
-                                  expect=expect)
-    except NagentError as error:
-        if args.json:
-            emit_json(error.as_dict())
-        raise
+    if (args.expect_source is None) != (args.expect_sha256 is None):
+        raise UsageError("--expect-source and --expect-sha256 go together",
+                         args.expect_source or args.expect_sha256, "pass both or neither")
+    expect = (args.expect_source, args.expect_sha256) if args.expect_source else None
+    result = patch_from_index(args.index, dry_run=args.dry_run, force=args.force, expect=expect)
     if args.json:
         emit_json(result)
         return 0
@@ -70,7 +64,7 @@ def main(argv=None):
 
 
 def run():
-    return run_main(main)
+    return run_main(main, structured=True)
 
 
 if __name__ == "__main__":

@@ -46,15 +46,8 @@ def main(argv=None):
     if early_exit(argv, PROG, DESCRIPTION):
         return 0
     args = build_parser().parse_args(argv)
-    from nagent_cli import emit_json
-    from nagent_errors import NagentError
     import nagent_file_split_lib as lib
-    try:
-        return split(args, lib)
-    except NagentError as error:
-        if args.json:
-            emit_json(error.as_dict())
-        raise
+    return split(args, lib)
 
 
 def split(args, lib):
@@ -106,7 +99,7 @@ def split(args, lib):
 
 
 def run():
-    return run_main(main)
+    return run_main(main, structured=True)
 
 
 if __name__ == "__main__":

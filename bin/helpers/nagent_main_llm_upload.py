@@ -53,7 +53,7 @@ def main(argv=None):
 
 
 def run():
-    return run_main(main)
+    return run_main(main, structured=True)
 
 
 if __name__ == "__main__":

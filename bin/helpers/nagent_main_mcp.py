@@ -95,19 +95,11 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     if early_exit(argv, PROG, DESCRIPTION):
         return 0
-    from nagent_errors import NagentError
-    json_mode = "--json" in argv
-    try:
-        return run_command(build_parser().parse_args(argv))
-    except NagentError as error:
-        if json_mode:
-            from nagent_cli import emit_json
-            emit_json(error.as_dict())
-        raise
+    return run_command(build_parser().parse_args(argv))
 
 
 def run():
-    return run_main(main)
+    return run_main(main, structured=True)
 
 
 if __name__ == "__main__":
