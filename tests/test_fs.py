@@ -95,3 +95,19 @@ class DigestAndStatTests(HermeticTestCase):
         with self.assertRaises(InputError) as caught:
             fs.regular_file_stat(self.tmp, ("is a directory", "give a file"))
         self.assertEqual(caught.exception.line(), f"Error: is a directory: {self.tmp} (give a file)")
+
+    def test_file_id_is_the_inode_a_path_resolves_to(self):
+        # One identity rule for the file-edit index, the split registry and write authority.
+        path = self.write_file("a.txt", "x")
+        link = os.path.join(self.tmp, "link")
+        os.symlink(path, link)
+        st = os.stat(path)
+        self.assertEqual(fs.file_id(st), f"{st.st_dev}:{st.st_ino}")
+        self.assertEqual(fs.file_id_for_path(link), fs.file_id(st))       # links are followed
+        self.assertEqual(fs.file_id_for_path(path), fs.file_id(os.lstat(os.path.realpath(link))))
+        self.assertNotEqual(fs.file_id(os.lstat(link)), fs.file_id_for_path(link))
+        fs.atomic_write(path, b"y")                                       # a new inode: a new id
+        self.assertNotEqual(fs.file_id_for_path(path), fs.file_id(st))
+        with self.assertRaises(InputError) as caught:
+            fs.file_id_for_path(self.tmp, ("is a directory", "give a file"))
+        self.assertEqual(caught.exception.line(), f"Error: is a directory: {self.tmp} (give a file)")

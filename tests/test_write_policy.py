@@ -223,6 +223,20 @@ class FileEditModeTest(PolicyCase):
         wp.write_file_atomic(moved, b"print(2)\n", self.mode, self.cwd, self.env)
         self.assertEqual(self.read(moved), b"print(2)\n")
 
+    def test_renamed_target_allowed_by_the_id_the_file_edit_index_records(self):
+        # The index keys a target reached through a link by the linked file's id; write authority
+        # compares that id with an lstat of the renamed file: both must come from one rule.
+        import nagent_file_edit_lib as fe
+        link = os.path.join(self.project, "via-link.py")
+        os.symlink(self.target, link)
+        record = fe.resolve_file_edit(link, "7", self.env)
+        mode = wp.WriteMode("file-edit", os.path.realpath(record["path"]), record["file_id"])
+        moved = os.path.join(self.project, "src", "renamed.py")
+        os.rename(self.target, moved)
+        self.assertEqual(wp.validate_write_path(moved, mode, self.cwd, self.env), moved)
+        other = self.make(os.path.join(self.project, "src", "other.py"))
+        self.refused(other, mode, contains="target")
+
     def test_symlink_to_target_refused(self):
         link = os.path.join(self.project, "link.py")
         os.symlink(self.target, link)

@@ -1,8 +1,8 @@
 """Per-file edit identity: a stable file id and the per-shell index of per-file conversations.
 
 Data contract:
-- A file id is "dev:inode" of the file's realpath (`file_id_for_path`). Missing paths, directories
-  and non-regular files raise InputError.
+- A file id is "dev:inode" of the file's realpath (`file_id_for_path`, nagent_fs's one identity
+  rule, symlinks followed). Missing paths, directories and non-regular files raise InputError.
 - The index lives at ~/.nagent/file-edits/index-{pid}.json (HOME from `environ`; the path and the
   pid rule are nagent_conversation_layout's, outside conversations/ so no name reaches it), dirs 0700,
   file 0600, and is {"version": 1, "by_file_id": {id: record}} where a record is
@@ -41,6 +41,7 @@ from datetime import datetime, timezone
 from nagent_conversation_layout import file_index_path as layout_file_index_path
 from nagent_errors import BusyError, InputError, RefusedError
 from nagent_fs import atomic_write, regular_file_stat
+from nagent_fs import file_id as stat_file_id, file_id_for_path as fs_file_id_for_path
 from nagent_paths import in_nagent_state
 
 INDEX_VERSION = 1
@@ -50,8 +51,7 @@ _IS_DIRECTORY = ("is a directory", "give a file")
 
 
 def file_id_for_path(path) -> str:
-    _real, st = regular_file_stat(path, _IS_DIRECTORY)
-    return f"{st.st_dev}:{st.st_ino}"
+    return fs_file_id_for_path(path, _IS_DIRECTORY)
 
 
 def file_index_path(pid: str, environ=None) -> str:
@@ -209,7 +209,7 @@ class _IndexLock:
 
 def _update(path, pid, environ, now, fresh_conversation, lock_timeout):
     real, st = regular_file_stat(path, _IS_DIRECTORY)
-    file_id, size = f"{st.st_dev}:{st.st_ino}", st.st_size
+    file_id, size = stat_file_id(st), st.st_size
     index_path = file_index_path(pid, environ)
     try:
         with _IndexLock(index_path, lock_timeout):
@@ -246,7 +246,7 @@ def lookup_file_edit(path, pid, environ=None) -> dict | None:
     it would create one; writes nothing (no index, no lock file, no directory)."""
     real, st = _edit_target(path, environ)
     index, warning = load_file_index(file_index_path(pid, environ))
-    key, how = find_record(index, real, f"{st.st_dev}:{st.st_ino}")
+    key, how = find_record(index, real, stat_file_id(st))
     if key is None:
         return None
     record = dict(index["by_file_id"][key], matched_by=how)

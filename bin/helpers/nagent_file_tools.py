@@ -43,7 +43,7 @@ import nagent_split_registry as registry_lib
 from nagent_install import tool_target
 from nagent_errors import EXIT_CODES, InputError, NagentError, RefusedError
 from nagent_file_split_lib import INDEX_NAME, load_index
-from nagent_fs import regular_file_stat, sha256_file
+from nagent_fs import file_id, file_id_for_path, regular_file_stat, sha256_file
 from nagent_paths import within_any
 from nagent_write_policy import scratch_root, temp_roots, validate_patch_source
 
@@ -196,7 +196,7 @@ def _check_splittable(path):
     if st.st_size > SPLIT_MAX_BYTES:
         raise InputError(f"file is too large to split ({st.st_size} bytes, limit {SPLIT_MAX_BYTES})",
                          path, "read parts of it with a shell command such as head, tail or grep")
-    return real, f"{st.st_dev}:{st.st_ino}"
+    return real, file_id(st)
 
 
 def _state_dir(ctx):
@@ -359,9 +359,8 @@ def _record_patched(registry, entry, result, state_dir):
         index = load_index(entry["index"])
         if os.path.realpath(index["source"]) != entry["source"]:
             raise InputError("the patched split names another source", index["source"])
-        st = os.stat(entry["source"])
         updated = registry_lib.entry_from_files(
-            entry["source"], f"{st.st_dev}:{st.st_ino}", entry["directory"], entry["index"],
+            entry["source"], file_id_for_path(entry["source"]), entry["directory"], entry["index"],
             [seg["file"] for seg in index["segments"]], str(result.get("source_sha256")),
             created=entry.get("created"))
     except (NagentError, OSError):

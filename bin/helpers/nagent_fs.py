@@ -15,6 +15,12 @@ Data contract:
 - `regular_file_stat(path, directory=(what, fix)) -> (realpath, os.stat_result)` of a path that
   resolves to a regular file; else InputError naming `path` as given: "file not found",
   "cannot read file", `what`/`fix` for a directory, "not a regular file".
+- A file's identity, the one rule: `file_id(st) -> "dev:inode"` of a stat result (what the
+  file-edit index keys, the split registry's source_id and write authority's target_id compare).
+  `file_id_for_path(path, directory) -> "dev:inode"` of the regular file `path` resolves to: it
+  FOLLOWS symlinks (realpath, then stat, as regular_file_stat), so a link and its target share
+  one id. The write policy takes the id of an lstat instead, but refuses a symlink before it
+  compares ids, so both name the same file.
 - `read_regular(path, limit) -> bytes | None`: up to `limit` bytes of `path` when it is a regular
   file; None for anything else (a symlink is not followed, a FIFO never blocks) or when it
   cannot be read. For small state files other processes of the user can plant (run files, inbox
@@ -154,3 +160,13 @@ def regular_file_stat(path, directory=("is a directory, not a file", "")):
     if not stat.S_ISREG(st.st_mode):
         raise InputError("not a regular file", path)
     return real, st
+
+
+def file_id(st):
+    return f"{st.st_dev}:{st.st_ino}"
+
+
+def file_id_for_path(path, directory=("is a directory, not a file", "")):
+    """The id of the regular file `path` resolves to (symlinks followed); InputError as
+    regular_file_stat."""
+    return file_id(regular_file_stat(path, directory)[1])

@@ -3,11 +3,12 @@
 Data contract:
 - `WriteMode(kind, target, target_id, segments)` is plain frozen data. kind "main" (the main
   conversation) may write only inside the temp roots. kind "file-edit" may also write the target
-  file (by its realpath), the same file after a rename (an existing path whose "dev:inode" equals
-  target_id and whose link count is 1, while the target path itself no longer exists), and the
-  realpaths in `segments`: the segment files of splits of the target that nagent itself made,
-  as its split registry records them (nagent_split_registry.granted_segments). No file the
-  model can write (an index.json, a segment, a split directory) grants anything.
+  file (by its realpath), the same file after a rename (an existing path whose "dev:inode",
+  nagent_fs.file_id, equals target_id and whose link count is 1, while the target path itself no
+  longer exists), and the realpaths in `segments`: the segment files of splits of the target
+  that nagent itself made, as its split registry records them
+  (nagent_split_registry.granted_segments). No file the model can write (an index.json, a
+  segment, a split directory) grants anything.
 - nagent's own state (nagent_paths.nagent_state_roots: ~/.nagent and the NAGENT_CONFIG file) is
   never written, in any mode, whatever the temp roots are (HOME may itself lie under /tmp).
 - `temp_roots(environ, cwd)` -> realpaths of /tmp, /var/tmp and $TMPDIR, deduplicated, in that
@@ -37,6 +38,7 @@ import stat
 from dataclasses import dataclass
 
 from nagent_errors import ConfigError, InputError, RefusedError
+from nagent_fs import file_id
 from nagent_paths import home_dir, in_nagent_state, within, within_any
 
 FIXED_TEMP_ROOTS = ("/tmp", "/var/tmp")
@@ -158,10 +160,6 @@ def _lstat(path, dir_fd=None):
         raise _refuse(path, f"cannot inspect path: {error.strerror}") from None
 
 
-def _file_id(st):
-    return f"{st.st_dev}:{st.st_ino}"
-
-
 def _authorize(final, st, mode, roots, environ, allow_segments):
     """Return None when `final` (a resolved path whose lstat is `st`) may be written, else a reason."""
     if in_nagent_state(final, environ):
@@ -184,7 +182,7 @@ def _authorize(final, st, mode, roots, environ, allow_segments):
         return None
     # The file id stands for the target only once its path is gone (renamed): after our own
     # atomic replace the old inode lives on under any other hard link, which is not the target.
-    if st is not None and mode.target_id and _file_id(st) == mode.target_id \
+    if st is not None and mode.target_id and file_id(st) == mode.target_id \
             and not (mode.target and os.path.lexists(mode.target)):
         return None
     if allow_segments and final in mode.segments:
