@@ -34,6 +34,19 @@ class PathsTest(HermeticTestCase):
         self.assertEqual(life.default_pid(dict(env, BASHPID="")), str(os.getsid(0)))
         self.assertEqual(life.default_pid(self.env), str(os.getsid(0)))
 
+    def test_selected_pid_is_the_one_rule_for_every_command(self):
+        import nagent_conversation_layout as layout
+        env = dict(self.env, STY="7.pts-1", WINDOW="3")
+        self.assertEqual(layout.selected_pid({"pid": "abc"}, env), "abc")
+        for options in ({}, {"pid": None}, {"pid": ""}):  # no --pid: this shell's, from `environ`
+            self.assertEqual(layout.selected_pid(options, env), "screen-7.pts-1-3")
+        for bad in ("../x", "a b", "-x", "x" * 65):
+            with self.assertRaises(UsageError):
+                layout.selected_pid({"pid": bad}, env)
+        self.assertEqual(layout.selected_conversation({}, env),
+                         (layout.default_conversation_path(env, pid="screen-7.pts-1-3"),
+                          "screen-7.pts-1-3"))
+
     def test_default_pid_is_stable_through_wrappers(self):
         code = ("import sys; sys.path.insert(0, sys.argv[1]); "
                 "import nagent_conversation_lifecycle as l; print(l.default_pid())")

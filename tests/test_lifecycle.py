@@ -98,6 +98,42 @@ class ConversationIdentityTest(NagentRunCase):
         self.assertOneError(self.nagent("--status", "a prompt"), 2, "takes no prompt")
         self.assertEqual(self.generation_requests(), [])
 
+    def test_a_bad_pid_is_one_usage_error_for_every_command(self):
+        # Each command that selects a conversation or a file-edit index takes --pid by one rule.
+        self.write_file("t.py", "x = 1\n")
+        commands = [("nagent", "hi"), ("nagent", "--status"), ("nagent", "--clear"),
+                    ("nagent", "--list-file-edits"), ("nagent", "--list-file-edits", "--json"),
+                    ("nagent", "--file-edit", "t.py", "hi"),
+                    ("nagent", "--file-edit", "t.py", "--status"),
+                    ("nagent", "--file-edit", "t.py", "--clear"),
+                    ("nagent-file-edit", "--file", "t.py", "--clear"),
+                    ("nagent-file-edit", "--file", "t.py", "edit it")]
+        for number, command in enumerate(commands):
+            bad = ("../x", "a b", "-x")[number % 3]
+            proc = self.run_tool(command[0], *command[1:], f"--pid={bad}", input="")
+            if "--json" in command:
+                self.assertEqual(proc.returncode, 2, proc.stderr)
+                self.assertEqual(json.loads(proc.stdout)["error"]["error"], "invalid pid", command)
+            else:
+                self.assertOneError(proc, 2, f"invalid pid: {bad}")
+        self.assertFalse(os.path.exists(os.path.join(self.home, ".nagent")))
+        self.assertEqual(self.generation_requests(), [])
+
+    def test_commands_without_pid_take_this_shells_id_from_the_environment(self):
+        # A prompt, --clear and --list-file-edits on a file all name one per-shell index.
+        target = self.write_file("t.py", "x = 1\n")
+        screen = dict(self.env, STY="4242.pts-9", WINDOW="1")
+        cleared = self.json_of(self.run_tool("nagent-file-edit", "--file", "t.py", "--clear",
+                                             "--json", env=screen))
+        listed = self.json_of(self.nagent("--list-file-edits", "--json", env=screen))
+        self.assertEqual(listed["pid"], "screen-4242.pts-9-1")
+        self.assertEqual([(f["path"], f["conversation"]) for f in listed["files"]],
+                         [(os.path.realpath(target), os.path.basename(cleared["conversation"]))])
+        status = self.json_of(self.nagent("--file-edit", "t.py", "--status", "--json", env=screen))
+        self.assertEqual(status["conversation"], cleared["conversation"])
+        other = self.json_of(self.nagent("--list-file-edits", "--json", env=dict(self.env, BASHPID="5150")))
+        self.assertEqual((other["pid"], other["files"]), ("5150", []))
+
     def test_unsafe_conversation_names_are_rejected(self):
         for args in (("--conversation", "../escape", "hi"), ("--conversation", "a/b", "hi"),
                      ("--conversation", "/tmp/abs", "hi"), ("--conversation", "..", "hi"),

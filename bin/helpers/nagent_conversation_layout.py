@@ -34,6 +34,9 @@ Old layout (before NAME.d/ held everything): "NAME.lock", "NAME.torn-{stamp}" an
 "conversations/file-index-{pid}.json" are no longer read or written (they are never listed as
 conversations, and can be deleted); "NAME.checkpoint.md" is adopted into NAME.d/checkpoint.md by
 `adopt_legacy_checkpoint` the next time a run opens NAME, if NAME has no checkpoint there yet.
+`selected_pid(options, environ)` -> the conversation id a command means, the one rule every
+command uses (the conversation, the file-edit index): --pid ID checked by `valid_pid`, else (no
+or an empty --pid) `default_pid(environ)`, this shell's id from the environment given.
 `selected_conversation(options, environ)` -> (path, pid) that --conversation NAME and --pid ID
 select (this shell's default without them), checked by the rules above; a --file-edit
 conversation is found through the file-edit index instead (nagent_session.resolve_conversation).
@@ -97,6 +100,10 @@ def default_pid(environ=None):
         return str(os.getppid())
 
 
+def selected_pid(options, environ=None):
+    return valid_pid(options["pid"]) if options.get("pid") else default_pid(environ)
+
+
 def conversation_path(name, environ=None):
     return os.path.join(conversations_dir(environ), validate_name(name))
 
@@ -109,7 +116,7 @@ def default_conversation_path(environ=None, pid=None, hostname=None):
 
 # -- what nagent keeps about a conversation ----------------------------------------------
 def selected_conversation(options, environ=None):
-    pid = valid_pid(options["pid"]) if options.get("pid") else default_pid(environ)
+    pid = selected_pid(options, environ)
     if options.get("conversation"):
         return conversation_path(validate_name(options["conversation"]), environ), pid
     return default_conversation_path(environ, pid=pid), pid

@@ -10,6 +10,7 @@ destroy a file: --clear and --load archive the current one first. Queries (--sta
 import os
 
 import nagent_conversation_lifecycle as lifecycle
+from nagent_conversation_layout import selected_pid
 from nagent_errors import BusyError, InputError
 from nagent_instance_commands import ps, running_status, send  # noqa: F401  (--ps, --send)
 
@@ -22,9 +23,8 @@ def selected_path(options, environ=None, read_only=False):
     environ = dict(os.environ) if environ is None else environ
     if options.get("file_edit") and read_only:
         import nagent_file_edit_lib as file_edit
-        pid = (lifecycle.valid_pid(options["pid"]) if options.get("pid")
-               else lifecycle.default_pid(environ))
-        record = file_edit.lookup_file_edit(options["file_edit"], pid, environ)
+        record = file_edit.lookup_file_edit(options["file_edit"], selected_pid(options, environ),
+                                            environ)
         return None if record is None else lifecycle.conversation_path(record["conversation"],
                                                                        environ)
     if options.get("file_edit"):
@@ -139,20 +139,22 @@ def clear_file_edit(options, settings):
     """A per-file conversation starts afresh under a new name; the old file is archived. A busy
     old conversation is refused before the index changes."""
     import nagent_file_edit_lib as file_edit
-    pid = lifecycle.valid_pid(options["pid"]) if options.get("pid") else lifecycle.default_pid()
-    current = file_edit.list_file_edits(pid)
+    environ = dict(os.environ)
+    pid = selected_pid(options, environ)
+    current = file_edit.list_file_edits(pid, environ)
     real = os.path.realpath(options["file_edit"])
     for record in current:
         if record.get("path") == real:
-            old_path = lifecycle.conversation_path(record["conversation"])
+            old_path = lifecycle.conversation_path(record["conversation"], environ)
             if lifecycle.is_busy(old_path):
                 raise BusyError("conversation is busy", old_path, "wait for its run to finish")
-    change = file_edit.clear_file_edit(options["file_edit"], pid)
+    change = file_edit.clear_file_edit(options["file_edit"], pid, environ)
     archived = None
     if change.get("old"):
-        old_path = lifecycle.conversation_path(change["old"])
+        old_path = lifecycle.conversation_path(change["old"], environ)
         archived = lifecycle.archive(old_path, reason="clear") if os.path.exists(old_path) else None
-    data = {"file": change["record"]["path"], "conversation": lifecycle.conversation_path(change["new"]),
+    data = {"file": change["record"]["path"],
+            "conversation": lifecycle.conversation_path(change["new"], environ),
             "previous": change.get("old"), "archived": archived}
     return data, (f"cleared; previous conversation archived at {archived}" if archived
                   else f"{data['file']} starts a fresh conversation")
@@ -243,9 +245,10 @@ def mark_windows(items):
 
 def list_file_edits(options, settings):
     import nagent_file_edit_lib as file_edit
-    pid = options.get("pid") or lifecycle.default_pid()
-    records = file_edit.list_file_edits(pid)
-    index_path = file_edit.file_index_path(pid)
+    environ = dict(os.environ)
+    pid = selected_pid(options, environ)
+    records = file_edit.list_file_edits(pid, environ)
+    index_path = file_edit.file_index_path(pid, environ)
     warning = file_edit.load_file_index(index_path)[1]  # the next edit session rebuilds it
     lines = [f"{r['file_id']}  {r['path']}  {r['conversation']}  {r.get('last_used', '')}"
              + ("" if r.get("exists", True) else "  (moved or gone)") for r in records]

@@ -69,7 +69,7 @@ def check_conversation(options, environ):
     """The conversation id for `options`, after checking, without writing anything, what selects
     the conversation: a bad --pid or --conversation name is a UsageError, a missing --file-edit
     target an InputError. Callers run this before key and SDK checks and before any write."""
-    pid = layout.valid_pid(options["pid"]) if options.get("pid") else layout.default_pid(environ)
+    pid = layout.selected_pid(options, environ)
     if options.get("file_edit"):
         regular_file_stat(options["file_edit"], ("is a directory", "give a file"))
     elif options.get("conversation"):
