@@ -38,9 +38,9 @@ class PathsTest(HermeticTestCase):
         import nagent_conversation_layout as layout
         env = dict(self.env, STY="7.pts-1", WINDOW="3")
         self.assertEqual(layout.selected_pid({"pid": "abc"}, env), "abc")
-        for options in ({}, {"pid": None}, {"pid": ""}):  # no --pid: this shell's, from `environ`
+        for options in ({}, {"pid": None}):  # no --pid: this shell's, from `environ`
             self.assertEqual(layout.selected_pid(options, env), "screen-7.pts-1-3")
-        for bad in ("../x", "a b", "-x", "x" * 65):
+        for bad in ("", "../x", "a b", "-x", "x" * 65):  # "": a script's unset "$VAR"
             with self.assertRaises(UsageError):
                 layout.selected_pid({"pid": bad}, env)
         self.assertEqual(layout.selected_conversation({}, env),

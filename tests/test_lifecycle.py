@@ -109,13 +109,14 @@ class ConversationIdentityTest(NagentRunCase):
                     ("nagent-file-edit", "--file", "t.py", "--clear"),
                     ("nagent-file-edit", "--file", "t.py", "edit it")]
         for number, command in enumerate(commands):
-            bad = ("../x", "a b", "-x")[number % 3]
+            # An empty --pid (a script's unset "$VAR") is an error too, never this shell's id.
+            bad = ("../x", "a b", "-x", "")[number % 4]
             proc = self.run_tool(command[0], *command[1:], f"--pid={bad}", input="")
             if "--json" in command:
                 self.assertEqual(proc.returncode, 2, proc.stderr)
                 self.assertEqual(json.loads(proc.stdout)["error"]["error"], "invalid pid", command)
             else:
-                self.assertOneError(proc, 2, f"invalid pid: {bad}")
+                self.assertOneError(proc, 2, f"invalid pid: {bad or repr(bad)}")
         self.assertFalse(os.path.exists(os.path.join(self.home, ".nagent")))
         self.assertEqual(self.generation_requests(), [])
 

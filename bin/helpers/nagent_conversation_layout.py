@@ -81,7 +81,8 @@ def validate_name(name):
 def valid_pid(pid):
     pid = str(pid)
     if not PID_RE.fullmatch(pid):
-        raise UsageError("invalid pid", pid, "use letters, digits, '.', '_' or '-', e.g. --pid \"$BASHPID\"")
+        raise UsageError("invalid pid", pid or repr(pid),
+                         "use letters, digits, '.', '_' or '-', e.g. --pid \"$BASHPID\"")
     return pid
 
 
@@ -101,7 +102,9 @@ def default_pid(environ=None):
 
 
 def selected_pid(options, environ=None):
-    return valid_pid(options["pid"]) if options.get("pid") else default_pid(environ)
+    # An empty --pid (a script's unset "$VAR") is refused like any bad one, never this shell's.
+    pid = options.get("pid")
+    return default_pid(environ) if pid is None else valid_pid(pid)
 
 
 def conversation_path(name, environ=None):
