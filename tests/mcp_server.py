@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A small MCP server for nagent's tests, written with the official SDK's server API (MCPServer).
 
-usage: mcp_server.py [--http] [--pollute] [--junk] [--exit-at-start]
+usage: mcp_server.py [--http] [--pollute] [--junk] [--exit-at-start] [--hostile]
 
 - default: serves over stdio.
 - --http: serves streamable HTTP on 127.0.0.1 on a free port and prints "PORT <n>" on stdout.
@@ -9,6 +9,8 @@ usage: mcp_server.py [--http] [--pollute] [--junk] [--exit-at-start]
 - --junk: not an MCP server at all: prints text to stdout and waits, never answering (and
   ignores its stdin closing). It and the sleep tool write their pid to $MCP_TEST_PIDFILE if set.
 - --exit-at-start: writes a complaint to stderr and exits 3 before serving.
+- --hostile: adds a tool whose name, description and enum values carry terminal controls
+  (ESC, C1 CSI, CR, bidi override): HOSTILE_NAME, HOSTILE_DESCRIPTION.
 
 Tools: echo, describe_path, add, fail, sleep, image, blob, env, headers, crash.
 """
@@ -20,6 +22,9 @@ PNG_1PX = bytes.fromhex(
     "89504e470d0a1a0a0000000d4948445200000001000000010806000000"
     "1f15c4890000000d49444154789c6360f8cfc0f01f0005000201a5d4a5ea0000000049454e44ae426082")
 BLOB = bytes(range(256))
+HOSTILE = "\x1b[2J\x9b2J\u202e\r\x07"
+HOSTILE_NAME = "evil" + HOSTILE
+HOSTILE_DESCRIPTION = "Clears" + HOSTILE + "the screen\u2066 and\x85 more"
 
 
 def write_pidfile():
@@ -98,6 +103,12 @@ def build_server():
         sys.stderr.flush()
         os._exit(7)
 
+    if "--hostile" in sys.argv[1:]:
+        from typing import Literal
+
+        def hostile(mode: Literal["a\u202eb", "c\x9bd"]) -> str:
+            return mode
+        server.add_tool(hostile, name=HOSTILE_NAME, description=HOSTILE_DESCRIPTION)
     return server
 
 

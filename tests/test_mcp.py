@@ -99,7 +99,7 @@ class RenderTest(HermeticTestCase):
         self.assertNotIn("\x1b", entry["name"])
         text = render.list_text([{"name": "fs", "tools": [entry], "error": None},
                                  {"name": "down", "tools": [], "error": "server exited"}])
-        self.assertIn("fs (1 tool)\n  read [31m(p: string) — Read a file. From disk.\n", text)
+        self.assertIn("fs (1 tool)\n  read\\x1b[31m(p: string) — Read a file. From disk.\n", text)
         self.assertIn("nagent-mcp call fs TOOL", text)
         self.assertIn("down: error: server exited", text)
         long = render.summary("word " * 200)

@@ -231,7 +231,8 @@ class ActionViewTest(unittest.TestCase):
         self.assertTrue(line.isprintable())
 
     def test_cut_counts_wide_characters(self):
-        self.assertEqual(view.cut("日本語日本語", 7), "日本語…")
+        from nagent_terminal_text import cut
+        self.assertEqual(cut("日本語日本語", 7), "日本語…")
         self.assertEqual(len(view.one_line("x" * 500, 40)), 40)
 
     def test_outcomes_from_the_result_blocks(self):

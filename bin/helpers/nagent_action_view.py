@@ -1,11 +1,9 @@
 """One-line views of actions and their outcomes, for the live display, --events and --json.
 
 Data contract (pure functions):
-- `one_line(text, limit)` is `text` made safe for one terminal line: control, format and bidi
-  characters (the model controls these strings) are written as visible escapes (\\n as ⏎,
-  other C0/C1, DEL, U+200B-U+200F, U+202A-U+202E, U+2066-U+2069 ... as \\xNN / \\uNNNN),
-  whitespace runs collapse to one space, and text past `limit` columns (wide characters count
-  two) is cut with "…".
+- `one_line(text, limit)` is nagent_terminal_text.one_line with newlines shown as " ⏎ ": the
+  model controls these strings, so control, format and bidi characters become visible escapes
+  and text past `limit` columns is cut with "…".
 - `action_summary(action)` -> the action's one line: the shell script, the path, the index,
   the quoted task or prompt (at most SUMMARY_LIMIT columns).
 - `action_result(action, outcome, seconds)` -> {"ok", "outcome", "seconds", + facts}: facts
@@ -15,71 +13,15 @@ Data contract (pure functions):
 """
 import re
 
+from nagent_terminal_text import one_line as _one_line
+
 SUMMARY_LIMIT = 200
-_SPACES = re.compile(r"[ \t]+")
 _MARKER = re.compile(r"^\[(?:stdout|stderr): (\d+) bytes; .*; full output in .*\]$")
-_BIDI = frozenset(range(0x202A, 0x202F)) | frozenset(range(0x2066, 0x206A)) | {0x061C, 0x200E,
-                                                                               0x200F}
-
-
-def _escape(char):
-    code = ord(char)
-    if char == "\n":
-        return " ⏎ "
-    if char == "\t":
-        return " "
-    if code < 0x20 or 0x7F <= code < 0xA0:
-        return f"\\x{code:02x}"
-    if code in _BIDI or 0x200B <= code <= 0x200D or code in (0x2028, 0x2029, 0xFEFF):
-        return f"\\u{code:04x}"
-    return None
-
-
-def _unsafe(char):
-    code = ord(char)
-    if code < 0x20 or 0x7F <= code < 0xA0:
-        return True
-    return code >= 0x300 and (code in _BIDI or _format_char(char))
-
-
-def _format_char(char):
-    import unicodedata
-    return unicodedata.category(char) in ("Cf", "Cs", "Co", "Cn", "Zl", "Zp")
-
-
-def _width(char):
-    if ord(char) < 0x1100:
-        return 1
-    import unicodedata
-    return 2 if unicodedata.east_asian_width(char) in ("W", "F") else (
-        0 if unicodedata.combining(char) else 1)
 
 
 def one_line(text, limit=SUMMARY_LIMIT):
-    """`text` as one safe terminal line of at most `limit` columns (see the module docstring)."""
-    out = []
-    for char in text.replace("\r\n", "\n").strip():
-        if _unsafe(char):
-            out.append(_escape(char) or f"\\u{ord(char):04x}")
-        else:
-            out.append(char)
-    line = _SPACES.sub(" ", "".join(out))
-    return cut(line, limit)
-
-
-def cut(line, limit):
-    """`line` cut to `limit` columns with "…" (wide characters count two)."""
-    if len(line) <= limit // 2:
-        return line
-    widths = [_width(char) for char in line]
-    if sum(widths) <= limit:
-        return line
-    used = 0
-    for index, width in enumerate(widths):
-        if used + width > limit - 1:
-            return line[:index] + "…"
-        used += width
-    return line
+    """`text` as one safe terminal line of at most `limit` columns, newlines shown as ⏎."""
+    return _one_line(text, limit, newline=" ⏎ ")
 
 
 def human_bytes(size):

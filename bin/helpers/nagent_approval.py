@@ -1,10 +1,10 @@
 """Asking the user on the terminal whether a shell command may run (`shell.approval: confirm`).
 
 Data contract:
-- `shown_lines(command) -> (lines, escaped)`: the command's lines as displayed, with every
-  control, format (bidi overrides such as U+202E, zero-width characters) and other
-  non-printable character except tab written as an escape that reads one way only: `\\xNN` below
-  U+0100, `\\uNNNN` up to U+FFFF, `\\UNNNNNNNN` above; `escaped` counts them.
+- `shown_lines(command) -> (lines, escaped)`: the command's lines as displayed, each through
+  nagent_terminal_text.escape keeping tabs (every control, format such as the bidi override
+  U+202E, zero-width and other non-printable character as `\\xNN` / `\\uNNNN` / `\\UNNNNNNNN`);
+  `escaped` counts the characters escaped.
 - `prompt_text(command) -> str`: what the user sees: the line count first, the command indented,
   a note when characters were escaped, and for a command over LONG_LINES lines its first and
   last lines again right above the question, so the two ends are visible next to it.
@@ -16,31 +16,15 @@ Data contract:
 import os
 import termios
 
+from nagent_terminal_text import escape, unsafe
+
 LONG_LINES = 10
 QUESTION = "Run it? [y/N] "
 
 
-def _escape(ch):
-    code = ord(ch)
-    if code < 0x100:
-        return f"\\x{code:02x}"
-    if code < 0x10000:
-        return f"\\u{code:04x}"
-    return f"\\U{code:08x}"
-
-
 def shown_lines(command):
-    escaped = 0
-    lines = []
-    for line in command.split("\n"):
-        out = []
-        for ch in line:
-            if ch == "\t" or ch.isprintable():
-                out.append(ch)
-            else:
-                out.append(_escape(ch))
-                escaped += 1
-        lines.append("".join(out))
+    lines = [escape(line, keep="\t") for line in command.split("\n")]
+    escaped = sum(1 for ch in command if ch not in "\t\n" and unsafe(ch))
     if len(lines) > 1 and lines[-1] == "":
         lines.pop()   # a trailing newline is not a line of its own
     return lines, escaped

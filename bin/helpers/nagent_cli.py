@@ -30,7 +30,8 @@ Data contract:
 - Settings flags: `add_setting_flags(parser, names)` adds one flag per config schema row,
   `provider_overrides(args)` collects the given ones, `load_settings(args)` resolves the
   settings and prints their warnings (unknown config keys) once.
-- `Spinner` draws on stderr only when stderr is a TTY and NAGENT_NO_SPINNER is unset; it writes
+- `spinner_allowed(environ)`: the one reader of NAGENT_NO_SPINNER (unset, "" or "0": animation
+  allowed). `Spinner` draws on stderr only when stderr is a TTY and that allows it; it writes
   no escape sequence (the line is cleared with spaces), so NO_COLOR output stays plain.
 """
 import os
@@ -163,9 +164,13 @@ def current_cwd():
                          "cd to an existing directory")
 
 
+def spinner_allowed(environ):
+    return environ.get("NAGENT_NO_SPINNER", "") in ("", "0")
+
+
 def spinner_enabled(stream=None):
     stream = sys.stderr if stream is None else stream
-    if os.environ.get("NAGENT_NO_SPINNER", "") not in ("", "0"):
+    if not spinner_allowed(os.environ):
         return False
     try:
         return stream.isatty()

@@ -37,10 +37,11 @@ import sys
 import time
 from dataclasses import dataclass
 
-from nagent_context_layers import load_layers, printable, render_layers, user_layer
+from nagent_context_layers import load_layers, render_layers, user_layer
 from nagent_errors import InputError, UsageError
 from nagent_fs import sha256_file
 from nagent_project import GIT_TIMEOUT, find_project, git_command, git_environ, git_marker_dir
+from nagent_terminal_text import escape
 from nagent_write_policy import temp_root_problem
 
 MODES = ("main", "file-edit")
@@ -228,7 +229,7 @@ def environment_facts(environ, cwd, now, project=None, shell=()):
         facts.append(("project root", "none (not inside a git work tree)"))
     else:
         facts += [("project root", project.root), ("git branch", project.branch)]
-    return "Session facts:\n" + "\n".join(f"- {key}: {printable(value)}" for key, value in facts)
+    return "Session facts:\n" + "\n".join(f"- {key}: {escape(value)}" for key, value in facts)
 
 
 def _segment_line(segment):
@@ -270,15 +271,15 @@ def project_tools_text(project, environ):
     if status.state == "trusted":
         from nagent_discovery import default_cache_path, discover_tools
         tools = discover_tools([where], default_cache_path(environ))
-        where = printable(where)
+        where = escape(where)
         lines = [f"Project tools (in {where}, trusted by the user with nagent --trust; run them "
                  "by path through <nagent-shell>):"]
-        lines += [f"- {printable(os.path.join(where, tool['name']))} — {tool['description']}"
+        lines += [f"- {escape(os.path.join(where, tool['name']))} — {tool['description']}"
                   for tool in tools]
         if not tools:
             lines.append("- (no executables)")
         return "\n".join(lines), ()
-    count, where = len(status.tools), printable(where)
+    count, where = len(status.tools), escape(where)
     if status.state == "changed":
         return (f"Project tools: {where} changed since the user trusted it, so nagent neither ran "
                 f"nor described its {count} entries; only the user can trust them again, with "

@@ -32,8 +32,8 @@ Data contract:
   size, the cap and how to read the rest (<nagent-read>); later documents under the same cap
   are skipped and named.
 - `render_layers(layers)` -> the text for the session part of the initial context: paths and
-  problem lines through `printable` (control characters escaped), at most MAX_PROBLEMS problem
-  lines per layer.
+  problem lines through nagent_terminal_text.escape (a newline in a directory name cannot start
+  a line of its own), at most MAX_PROBLEMS problem lines per layer.
 """
 import os
 import re
@@ -41,6 +41,7 @@ import stat
 from collections import namedtuple
 
 from nagent_paths import within
+from nagent_terminal_text import escape
 
 USER_CAP = 256 * 1024
 MAX_BYTES = 32 * 1024
@@ -64,15 +65,6 @@ def _expand_home(path, home):
     if path == "~" or path.startswith("~/"):
         return home + path[1:]
     return path
-
-
-def printable(text):
-    """`text` with control characters (a newline in a directory name ...) shown as escapes, so a
-    name read from disk cannot start a line of its own in the context."""
-    text = str(text)
-    if text.isprintable():
-        return text
-    return "".join(ch if ch.isprintable() else f"\\x{ord(ch):02x}" for ch in text)
 
 
 def include_targets(text):
@@ -175,8 +167,8 @@ class _Loader:
                 f"rest with <nagent-read path=\"{real}\"/> (<nagent-file-read> past 64 KiB)")
         part.used += len(data)
         text = data.decode("utf-8", "replace").rstrip("\n")
-        marker = f"=== {self.name} context: {printable(real)}" + (
-            f" (included by {printable(included_by)})" if included_by else "") + " ==="
+        marker = f"=== {self.name} context: {escape(real)}" + (
+            f" (included by {escape(included_by)})" if included_by else "") + " ==="
         self.documents.append(marker + "\n" + text)
         self.files.append({"layer": self.name, "path": real, "bytes": size, "cut": cut})
         return text
@@ -337,7 +329,7 @@ def render_layers(layers):
         if layer.text:
             parts.append(layer.text)
         if layer.problems:
-            shown = [printable(line) for line in layer.problems[:MAX_PROBLEMS]]
+            shown = [escape(line) for line in layer.problems[:MAX_PROBLEMS]]
             if len(layer.problems) > MAX_PROBLEMS:
                 shown.append(f"... and {len(layer.problems) - MAX_PROBLEMS} more")
             parts.append(f"Notes on the {layer.name} context:\n"

@@ -31,6 +31,7 @@ from nagent_fs import atomic_write, existing_mode
 from nagent_install import HELPERS_DIR, TOOLS, scripts_dir
 from nagent_paths import nagent_home, within
 from nagent_secrets import is_secret_name
+from nagent_terminal_text import one_line
 
 NO_DESCRIPTION = "(no description)"
 MAX_DESCRIPTION = 200
@@ -85,9 +86,9 @@ def list_candidates(bin_dirs):
 
 
 def clean_description(raw):
-    """First non-empty stdout line, printable characters only, capped."""
+    """First non-empty stdout line on one safe line (nagent_terminal_text.one_line), capped."""
     for line in raw.splitlines():
-        text = "".join(ch for ch in line if ch.isprintable()).strip()
+        text = one_line(line)
         if text:
             return text[:MAX_DESCRIPTION]
     return NO_DESCRIPTION

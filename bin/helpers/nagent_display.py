@@ -32,7 +32,8 @@ import os
 import threading
 import time
 
-from nagent_action_view import cut, human_count, one_line
+from nagent_action_view import human_count, one_line
+from nagent_terminal_text import cut
 
 FRAMES = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 TABLE_ROWS = 8

@@ -3,8 +3,11 @@
 Data contract: every library in bin/helpers raises a NagentError subclass (never prints,
 never exits). Each carries `what` (a short noun phrase), `value` (the offending input),
 `fix` (a hint or ""), and `exit_code` (from EXIT_CODES). Only bin/ mains turn them into
-one stderr line `Error: <what>: <value>` (+ ` (<fix>)`) and that exit code.
+one stderr line `Error: <what>: <value>` (+ ` (<fix>)`) and that exit code. The line is safe
+for a terminal: line breaks become spaces, other control, format and bidi characters escapes
+(nagent_terminal_text.escape), since values carry file, model and server text.
 """
+from nagent_terminal_text import escape
 
 EXIT_CODES = {
     "ok": 0,
@@ -57,7 +60,7 @@ class NagentError(Exception):
             text += f": {self.value}"
         if self.fix:
             text += f" ({self.fix})"
-        return " ".join(text.splitlines())
+        return escape(" ".join(text.splitlines()), keep="\t")
 
     def as_dict(self):
         return {"error": self.what, "value": str(self.value), "fix": self.fix,

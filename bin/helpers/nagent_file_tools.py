@@ -45,6 +45,7 @@ from nagent_errors import EXIT_CODES, InputError, NagentError, RefusedError
 from nagent_file_split_lib import INDEX_NAME, load_index
 from nagent_fs import file_id, file_id_for_path, regular_file_stat, sha256_file
 from nagent_paths import within_any
+from nagent_terminal_text import escape
 from nagent_write_policy import scratch_root, temp_roots, validate_patch_source
 
 # Splitting reads the whole file into memory and writes as much again to the temp dir: a
@@ -284,7 +285,7 @@ _CUT_AT = {"token": "cut between tokens", "string": "cut at a space in a string 
 
 def _label(text):
     # The construct's first line is file text: no control character may break the listing.
-    return "".join(char if " " <= char != "\x7f" else f"\\x{ord(char):02x}" for char in text)
+    return escape(text)
 
 
 def segment_line(directory, segment):

@@ -25,6 +25,7 @@ from nagent_conversation_layout import conversation_path, validate_name
 from nagent_conversation_lock import is_busy
 from nagent_errors import InputError, UsageError
 from nagent_paths import conversations_dir
+from nagent_terminal_text import one_line
 
 PS_FIX = "nagent --ps lists running instances, nagent --list-conversations the conversations"
 
@@ -41,13 +42,6 @@ def elapsed_text(seconds):
 def count(value):
     value = int(value or 0)
     return str(value) if value < 1000 else f"{value / 1000:.1f}k"
-
-
-def clean(text, width=None):
-    text = "".join(ch if ch.isprintable() else " " for ch in str(text or ""))
-    if width and len(text) > width:
-        text = text[:width - 1] + "…"
-    return text
 
 
 def _node(record, now):
@@ -74,10 +68,10 @@ def ps(options, settings):
 def _tree_lines(node, prefix, last, root):
     mark = "" if root else prefix + ("└─ " if last else "├─ ")
     tokens = node.get("tokens") or {}
-    line = (f"{clean(mark + str(node.get('pid'))):<14} {elapsed_text(node['elapsed']):>8} "
+    line = (f"{mark + one_line(node.get('pid')):<14} {elapsed_text(node['elapsed']):>8} "
             f"{int(node.get('calls') or 0):>5} "
             f"{count(tokens.get('input')) + '/' + count(tokens.get('output')):>14}  "
-            f"{clean(node.get('action') or '-', 34):<34} {clean(node.get('name') or '?')}")
+            f"{one_line(node.get('action') or '-', 34):<34} {one_line(node.get('name') or '?')}")
     lines = [line]
     inner = "" if root else prefix + ("   " if last else "│  ")
     for number, child in enumerate(node["children"]):
@@ -152,7 +146,7 @@ def running_status(path, environ):
                 "action": record.get("action"), "depth": record.get("depth", 0),
                 "parent_conversation": record.get("parent_conversation")}
         lines.append(f"running: pid {record['pid']} for {elapsed_text(elapsed)}, now: "
-                     f"{clean(record.get('action') or '-', 80)}")
+                     f"{one_line(record.get('action') or '-', 80)}")
     if waiting:
         lines.append(f"inbox: {waiting} message{'s' if waiting != 1 else ''} waiting for "
                      f"{'its next turn' if record else 'the next run'}")

@@ -12,8 +12,10 @@ Data contract (inputs are JSON-shaped dicts as the MCP wire carries them, never 
   text resources inline; resource links as one line; `structuredContent` as JSON only when there
   is no content block. `blocks` is the JSON form of the same (binary data replaced by its file).
 - `error_message(result)` -> the text of a failed call (isError) on one string.
-Everything a server sends is untrusted: names and descriptions are reduced to one printable
-line, file names are built from sanitised parts, and a bad base64 payload is reported, not saved.
+Everything a server sends is untrusted: names, descriptions, signatures and errors are reduced
+to one safe line by nagent_terminal_text.one_line (control, C1, format and bidi characters as
+visible escapes), file names are built from sanitised parts, and a bad base64 payload is
+reported, not saved.
 """
 import base64
 import binascii
@@ -23,21 +25,18 @@ import os
 import re
 import tempfile
 
+from nagent_terminal_text import one_line
+
 SUMMARY_LIMIT = 200
 ENUM_LIMIT = 6
 UNSAFE_NAME = re.compile(r"[^A-Za-z0-9_.-]+")
-CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
-
-
-def one_line(text, limit=SUMMARY_LIMIT):
-    text = " ".join(CONTROL.sub(" ", str(text or "")).split())
-    return text if len(text) <= limit else text[:limit - 1].rstrip() + "…"
+SIGNATURE_LIMIT = 2000
 
 
 def summary(description):
     """The first paragraph of a description, on one line."""
     paragraphs = re.split(r"\n\s*\n", str(description or "").strip(), maxsplit=1)
-    return one_line(paragraphs[0] if paragraphs else "")
+    return one_line(paragraphs[0] if paragraphs else "", SUMMARY_LIMIT)
 
 
 def type_text(schema, depth=0):
@@ -84,7 +83,8 @@ def signature(input_schema):
 def tool_entry(tool):
     schema = tool.get("inputSchema") if isinstance(tool.get("inputSchema"), dict) else {}
     return {"name": one_line(tool.get("name"), 128), "summary": summary(tool.get("description")),
-            "signature": signature(schema), "description": str(tool.get("description") or ""),
+            "signature": one_line(signature(schema), SIGNATURE_LIMIT),
+            "description": str(tool.get("description") or ""),
             "input_schema": schema}
 
 
@@ -92,15 +92,16 @@ def list_text(servers):
     lines = []
     for server in servers:
         if server.get("error"):
-            lines.append(f"{server['name']}: error: {one_line(server['error'], 2000)}")
+            lines.append(f"{one_line(server['name'])}: error: {one_line(server['error'], 2000)}")
             continue
         tools = server.get("tools") or []
-        lines.append(f"{server['name']} ({len(tools)} tool{'' if len(tools) == 1 else 's'})")
+        name = one_line(server["name"])
+        lines.append(f"{name} ({len(tools)} tool{'' if len(tools) == 1 else 's'})")
         for tool in tools:
             text = f"  {tool['name']}({tool['signature']})"
             lines.append(text + (f" — {tool['summary']}" if tool["summary"] else ""))
         if tools:
-            lines.append(f"  call: nagent-mcp call {server['name']} TOOL --args '{{...}}'")
+            lines.append(f"  call: nagent-mcp call {name} TOOL --args '{{...}}'")
     return "\n".join(lines) + ("\n" if lines else "")
 
 
@@ -140,7 +141,7 @@ def _binary(kind, payload, mime, label, tmpdir, extra=None):
 
 def render_block(block, label, tmpdir=None):
     if not isinstance(block, dict):
-        return one_line(block), {"type": "unknown", "text": one_line(block)}
+        return one_line(block, SUMMARY_LIMIT), {"type": "unknown", "text": one_line(block, SUMMARY_LIMIT)}
     kind = block.get("type")
     if kind == "text":
         text = str(block.get("text") or "")

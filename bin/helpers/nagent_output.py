@@ -18,7 +18,7 @@ Data contract
   error outside the loop (usage, config, setup, busy ...): response null, exit_code, error
   {error, value, fix, kind, exit_code}, and provider, model and conversation when known.
 """
-from nagent_cli import output_mode
+from nagent_cli import output_mode, spinner_allowed
 from nagent_events import ActionLog, Events, JsonLines
 
 
@@ -49,7 +49,7 @@ def choose_output(options, settings, stdout, stderr, environ):
     if not options.get("quiet") and (on_terminal or options.get("verbose")):
         from nagent_display import Display
         color = on_terminal and not environ.get("NO_COLOR") and environ.get("TERM") != "dumb"
-        animate = on_terminal and environ.get("NAGENT_NO_SPINNER", "") in ("", "0")
+        animate = on_terminal and spinner_allowed(environ)
         display = Display(stderr, color=color, animate=animate,
                           pause_in_actions=settings.shell.approval == "confirm",
                           cursor=on_terminal and environ.get("TERM") != "dumb")

@@ -33,6 +33,7 @@ from nagent_protocol_blocks import (STOP_SEQUENCES, correction_text, escape_attr
                                     result_block, stop_block, unescape_attr)
 from nagent_protocol_text import (FENCE_OPEN, clean_user_output, drop_leading_newline,  # noqa: F401
                                   drop_trailing_newline, kept_reply, trim_partial_tag)
+from nagent_terminal_text import escape
 
 ACTION_TAGS = ("response", "read", "file-read", "file-patch", "write", "shell", "next", "agent")
 RESULT_TAGS = ("read-result", "file-read-result", "file-patch-result", "write-result",
@@ -143,7 +144,7 @@ def _snippet(text, pos, limit=40):
     piece = piece.rstrip("\r")
     if len(piece) > limit:
         piece = piece[:limit] + "…"
-    return "".join(ch if ch.isprintable() else " " for ch in piece)
+    return escape(piece)
 
 
 def _outside(text, pos):

@@ -14,8 +14,8 @@ Data contract:
   A project skill must resolve (links, "..") inside the project (nagent_paths.within); one that
   points outside is listed with a problem and not read. Only regular files are read, opened
   non-blocking, at most HEAD_BYTES; at most MAX_SKILLS directories per place are read. The YAML parser is imported only when some SKILL.md has
-  front matter. Names and descriptions are cleaned to one printable line (capped), since they
-  come from files anyone may have written.
+  front matter. Names and descriptions are cleaned to one safe line (capped) by
+  nagent_terminal_text.one_line, since they come from files anyone may have written.
 - `skills_text(skills)` -> the context section: one line per skill (name, description, path,
   whether its requirements are met or its problem), capped at LIST_CAP bytes with a line
   saying how many more there are; "" for no skills.
@@ -24,8 +24,9 @@ Data contract:
 import os
 from collections import namedtuple
 
-from nagent_context_layers import printable, read_regular
+from nagent_context_layers import read_regular
 from nagent_paths import nagent_home, within
+from nagent_terminal_text import escape, one_line
 
 HEAD_BYTES = 64 * 1024
 NAME_CAP = 64
@@ -34,11 +35,6 @@ LIST_CAP = 16 * 1024
 MAX_SKILLS = 500   # per place: a repository with thousands of skill folders cannot stall the start
 
 Skill = namedtuple("Skill", "name description path source bins env missing problems shadows")
-
-
-def one_line(value, cap):
-    text = " ".join("".join(ch if ch.isprintable() else " " for ch in str(value)).split())
-    return text if len(text) <= cap else text[:cap - 1] + "…"
 
 
 def split_front_matter(text):
@@ -173,7 +169,7 @@ def skill_line(skill):
     else:
         state = "requirements met"
     description = f" {skill.description}" if skill.description else ""
-    return f"- {skill.name}:{description} ({printable(skill.path)}; {printable(state)})"
+    return f"- {skill.name}:{description} ({escape(skill.path)}; {escape(state)})"
 
 
 def skills_text(skills):
