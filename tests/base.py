@@ -15,6 +15,7 @@ import atexit
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -32,6 +33,11 @@ if HELPERS not in sys.path:
 # a PYTHONDONTWRITEBYTECODE child recompiles every helper it imports (30-90 ms a process).
 PYCACHE = tempfile.mkdtemp(prefix="nagent-test-pycache-")
 atexit.register(shutil.rmtree, PYCACHE, True)
+
+# A runner a non-interactive shell started in the background (`cmd &`) has SIGINT ignored, and
+# every tool it starts would inherit that and never see the Ctrl-C the interrupt tests send.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 SCRUBBED_PREFIXES = ("OPENAI_", "ANTHROPIC_", "GOOGLE_", "GEMINI_", "CURSOR_", "NAGENT_",
                      "OPENROUTER_", "STY", "WINDOW", "BASHPID", "TMUX")
