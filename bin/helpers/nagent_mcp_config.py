@@ -17,8 +17,9 @@ Data contract:
   raises ConfigError. `inserted` are the (variable, value) pairs that came from the environment.
 - `resolve(spec, environ) -> Resolved`: the spec with `${VAR}` expanded in command, args, env,
   url and headers, read from `environ`. `secrets` are the inserted values that look secret (the
-  variable's or the env/header key's name says key, token, secret, password, auth or
-  credential), so output and errors can redact them without blanking ordinary paths.
+  variable's or the env/header key's name is secret by nagent_secrets.is_secret_name, the one
+  rule; values pass through nagent_secrets.redactable), so output and errors can redact them
+  without blanking ordinary paths.
 - `display_url(url)`: the url as messages may show it (no userinfo, no query).
 - `process_env(resolved, base_env) -> dict`: a stdio server's environment: `base_env` (the
   caller passes the shell's scrubbed environment: no provider keys) plus its configured env.
@@ -28,9 +29,9 @@ from dataclasses import dataclass
 
 from nagent_env_refs import expand
 from nagent_errors import ConfigError, UsageError
+from nagent_secrets import is_secret_name, redactable
 
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
-SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSW|AUTH|CREDENTIAL|COOKIE", re.IGNORECASE)
 HTTP_TYPES = ("http", "streamable-http", "streamable_http", "streamableHttp")
 FIX = "see the README section \"MCP servers\""
 
@@ -125,18 +126,18 @@ def find_server(specs, name):
 def resolve(spec, environ):
     secrets = []
 
-    def one(text, key):
-        value, inserted = expand(text, environ, f"mcp_servers.{spec.name}.{key}")
+    def one(text, where, key=""):
+        value, inserted = expand(text, environ, f"mcp_servers.{spec.name}.{where}")
         secrets.extend(found for name, found in inserted
-                       if SECRET_NAME.search(name) or SECRET_NAME.search(key))
+                       if is_secret_name(name) or is_secret_name(key))
         return value
 
-    env = {key: one(value, f"env.{key}") for key, value in spec.env}
-    headers = {key: one(value, f"headers.{key}") for key, value in spec.headers}
+    env = {key: one(value, f"env.{key}", key) for key, value in spec.env}
+    headers = {key: one(value, f"headers.{key}", key) for key, value in spec.headers}
     resolved = Resolved(spec=spec, command=one(spec.command, "command") if spec.command else "",
                         args=tuple(one(arg, "args") for arg in spec.args), env=env,
                         url=one(spec.url, "url") if spec.url else "", headers=headers,
-                        secrets=tuple(sorted({s for s in secrets if len(s) >= 6}, key=len, reverse=True)))
+                        secrets=redactable(secrets))
     if spec.transport == "http" and not resolved.url.startswith(("http://", "https://")):
         raise ConfigError(f"mcp_servers.{spec.name}.url must be an http(s) URL", "after ${VAR} expansion", FIX)
     return resolved

@@ -1,8 +1,18 @@
 """Every secret nagent knows, in one place, and the process hardening that keeps them from children.
 
 Data contract:
-- `SECRET_SUFFIXES`: a variable whose name ends with one of these is a secret wherever it appears
-  (GITHUB_TOKEN, AWS_SECRET_ACCESS_KEY, DB_PASSWORD ...).
+- `is_secret_name(name)` is the one rule for "this name holds a secret", for environment
+  variables and for MCP env/header keys alike: the name, upper-cased with every run of
+  characters other than letters and digits read as "_", ends with one of SECRET_SUFFIXES.
+  The long words count glued on too (PGPASSWORD, GITHUBTOKEN, Authorization); the short ones
+  only as a word of their own (STRIPE_KEY, X-Api-Key, NPM_AUTH, MYSQL_PWD), so PWD, OLDPWD,
+  MONKEY, AUTHOR, XAUTHORITY and SSH_AUTH_SOCK are not secrets. A secret name's value is
+  redacted everywhere and never enters the sandbox.
+- `is_key_name(name)`: a name ending in KEY_SUFFIX ("_API_KEY"): some vendor's API key, withheld
+  from every child even when no provider names it.
+- `redactable(values)` -> the values worth blanking (at least MIN_SECRET_LEN characters: blanking
+  "abc" everywhere would only destroy output), unique, longest first (so a secret containing
+  another is blanked whole). Every list of secrets nagent redacts with goes through it.
 - `key_names(rows)` -> sorted tuple of the variables a provider key may live in: every provider
   row's key variables (the table's and a config's `api_key_env`) and every variable a row's
   `api_key` refers to (one whole `${VAR}` / `${VAR:-default}` reference: nagent_env_refs). No
@@ -12,8 +22,7 @@ Data contract:
   `rows` are nagent_providers.ProviderRow values (`all_rows(config).values()`).
 - `secret_values(rows, environ)` -> tuple of secret values, longest first: the values those
   names hold in `environ`, plus every literal `api_key` of a row and a reference's default.
-  Values shorter than MIN_SECRET_LEN are left out (blanking "abc" everywhere would only destroy
-  output).
+  Passed through `redactable`.
 - `redact(text, values)` -> text with each value replaced by REDACTED (longest first).
 - `known_secrets(environ)` -> secret_values for the providers the config files define; for
   error reporters that hold no session. A config that cannot be read falls back to the
@@ -26,17 +35,35 @@ files on disk, and output a command transformed (base64, rev): redaction is the 
 defence, not the first.
 """
 import os
+import re
 
 from nagent_env_refs import whole_reference
 
-SECRET_SUFFIXES = ("_API_KEY", "_TOKEN", "_SECRET", "_PASSWORD", "_ACCESS_KEY", "_SECRET_KEY")
+SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "COOKIE", "CREDENTIAL", "CREDENTIALS",
+                "APIKEY", "AUTHORIZATION")
+SECRET_SUFFIXES = ("_KEY", "_AUTH", "_PWD") + SECRET_WORDS
+KEY_SUFFIX = "_API_KEY"
 MIN_SECRET_LEN = 6
+_SEPARATORS = re.compile(r"[^A-Z0-9]+")
 REDACTED = "[redacted]"
 PR_SET_DUMPABLE = 4
 
 
+def _normal(name):
+    return _SEPARATORS.sub("_", str(name).upper()).strip("_")
+
+
 def is_secret_name(name):
-    return name.upper().endswith(SECRET_SUFFIXES)
+    return _normal(name).endswith(SECRET_SUFFIXES)
+
+
+def is_key_name(name):
+    return _normal(name).endswith(KEY_SUFFIX)
+
+
+def redactable(values):
+    found = {value for value in values if isinstance(value, str) and len(value) >= MIN_SECRET_LEN}
+    return tuple(sorted(found, key=lambda value: (-len(value), value)))
 
 
 def key_names(rows):
@@ -61,8 +88,7 @@ def secret_values(rows, environ):
         if isinstance(row.api_key, str):
             reference = whole_reference(row.api_key)
             found.add(row.api_key if reference is None else reference[1] or "")
-    return tuple(sorted((value for value in found if len(value) >= MIN_SECRET_LEN),
-                        key=lambda value: (-len(value), value)))
+    return redactable(found)
 
 
 def redact(text, values):

@@ -37,6 +37,7 @@ from nagent_approval import ask_on_tty
 from nagent_errors import ConfigError, InputError, SetupError
 from nagent_procs import end_group, wait
 from nagent_sandbox import bwrap_command, sandbox_env, shell_path
+from nagent_secrets import is_key_name
 
 APPROVALS = ("auto", "confirm", "deny")
 SANDBOXES = ("none", "bwrap")
@@ -81,7 +82,7 @@ def scrubbed_env(environ, extra_secret_names=()):
     env = {}
     for name, value in environ.items():
         upper = name.upper()
-        if upper in secret or upper.endswith("_API_KEY"):
+        if upper in secret or is_key_name(name):
             continue
         if upper.startswith("NAGENT_") and upper != "NAGENT_CONFIG":
             continue
