@@ -36,6 +36,7 @@ from dataclasses import asdict, dataclass, field, replace
 
 from nagent_config import api_key_for, resolve_settings
 from nagent_errors import ProviderError, SetupError
+from nagent_secrets import redact, redactable
 
 RETRYABLE_STATUS = frozenset({408, 409, 429, 529})
 FINISH_REASONS = ("stop", "length", "stop_sequence", "content_filter", "other")
@@ -268,11 +269,11 @@ def without_key(problem, settings):
         key = api_key_for(settings)
     except SetupError:
         return problem
-    if isinstance(key, str) and len(key) >= 6:
-        for name in ("what", "value", "fix"):
-            text = getattr(problem, name, None)
-            if isinstance(text, str) and key in text:
-                setattr(problem, name, text.replace(key, "[redacted]"))
+    values = redactable((key,))
+    for name in ("what", "value", "fix"):
+        text = getattr(problem, name, None)
+        if isinstance(text, str):
+            setattr(problem, name, redact(text, values))
     return problem
 
 

@@ -19,6 +19,7 @@ reaches it unless its own `env` names it explicitly.
 import json
 
 from nagent_errors import UsageError
+from nagent_secrets import redact
 
 DEFAULT_TIMEOUT = 60.0
 
@@ -86,12 +87,8 @@ def list_servers(name, environ, timeout=DEFAULT_TIMEOUT):
 
 
 def _redact_blocks(blocks, secrets):
-    def clean(value):
-        if isinstance(value, str):
-            for secret in secrets:
-                value = value.replace(secret, "[redacted]")
-        return value
-    return [{key: clean(value) for key, value in block.items()} for block in blocks]
+    return [{key: redact(value, secrets) if isinstance(value, str) else value
+             for key, value in block.items()} for block in blocks]
 
 
 def call(name, tool, arguments, environ, timeout=DEFAULT_TIMEOUT, tmpdir=None):
@@ -105,14 +102,11 @@ def call(name, tool, arguments, environ, timeout=DEFAULT_TIMEOUT, tmpdir=None):
     from nagent_mcp_client import call_tool
     result, warning = call_tool(server, tool, arguments, server_base_env(settings, environ), timeout)
     text, blocks = render_result(result, f"{name}-{tool}", tmpdir)
-    for secret in server.secrets:
-        text = text.replace(secret, "[redacted]")
+    text = redact(text, server.secrets)
     structured = result.get("structuredContent")
     if structured is not None and server.secrets:
         encoded = json.dumps(structured, ensure_ascii=False)
-        redacted = encoded
-        for secret in server.secrets:
-            redacted = redacted.replace(secret, "[redacted]")
+        redacted = redact(encoded, server.secrets)
         structured = structured if redacted == encoded else redacted
     return {"server": name, "tool": tool, "is_error": bool(result.get("isError")), "text": text,
             "content": _redact_blocks(blocks, server.secrets), "structured_content": structured,

@@ -24,6 +24,7 @@ from contextlib import asynccontextmanager
 
 from nagent_errors import NagentError, SetupError
 from nagent_mcp_config import display_url, process_env
+from nagent_secrets import redact as _redact
 
 PIP_LINE = "pip install 'mcp>=2'"
 LIST_PAGE_CAP = 100
@@ -49,12 +50,6 @@ def require_sdk():
         from mcp.client.streamable_http import streamable_http_client  # noqa: F401
     except ImportError as error:
         raise SetupError("the MCP SDK is not installed", f"import failed: {error}", PIP_LINE) from None
-
-
-def _redact(text, secrets):
-    for value in secrets:
-        text = text.replace(value, "[redacted]")
-    return text
 
 
 class _Watch:
