@@ -147,3 +147,17 @@ class ChildEnvironmentTest(FakeVendorTestCase):
                     self.assertNotIn(self.key, text, name)
                     self.assertNotIn("CORPKEY=", text, name)
                     self.assertIn("HOME=", text, name)    # the rest of the environment is there
+
+    def test_callers_without_settings_read_the_key_names_from_the_config(self):
+        from nagent_discovery import discover_tools
+        from nagent_project import find_project
+        with self.patched_environ():
+            self.assertIsNotNone(find_project(self.cwd, self.env))
+            tools = discover_tools([os.path.join(self.home, ".nagent", "bin")], None,
+                                   environ=self.env)
+        self.assertEqual(tools, [{"name": "dumpenv", "description": "dumps its environment"}])
+        for prefix in ("git-", "tool-"):
+            dumps = self.dumped(prefix)
+            self.assertTrue(dumps, prefix)
+            for name, text in dumps.items():
+                self.assertNotIn(self.key, text, name)

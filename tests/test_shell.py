@@ -145,7 +145,7 @@ class EnvTest(ShellTestCase):
                    "GEMINI_API_KEY": "d", "CURSOR_API_KEY": "e", "MY_SERVICE_API_KEY": "f",
                    "lower_api_key": "g", "NAGENT_INTERNAL": "h", "NAGENT_CONFIG": "/c.json",
                    "SPECIAL_SECRET": "i", "PATH": "/bin", "GITHUB_TOKEN": "j"}
-        env = scrubbed_env(environ, extra_secret_names=("SPECIAL_SECRET",))
+        env = scrubbed_env(environ, secret_names=("SPECIAL_SECRET",))
         self.assertEqual(env, {"NAGENT_CONFIG": "/c.json", "PATH": "/bin", "GITHUB_TOKEN": "j"})
         self.assertIn("OPENAI_API_KEY", environ, "input must not be modified")
 

@@ -17,7 +17,8 @@ Data contract:
   sandbox, whether the network is on and which trees are writable (the working directory, then
   `writable`: the caller passes nagent_sandbox.writable_dirs but cwd); with approval confirm or
   deny, what that means. Nothing for no sandbox and approval auto.
-- `build_initial_context(mode, environ, cwd, now, tools, file_edit, mcp_servers, options, shell)` ->
+- `build_initial_context(mode, environ, cwd, now, tools, file_edit, mcp_servers, options, shell,
+  secret_names)` ->
   InitialContext. `tools` is discover_tools() output ([{name, description}]); None discovers
   with the default cache. `mcp_servers` are configured MCP server names: one sorted line each in
   `static` (names only, no tool fetch, so start-up stays fast and the prefix stable).
@@ -25,10 +26,12 @@ Data contract:
   `split_index`/`split_segments` filled by the caller for large files. `options` is
   settings.context (user, project, directory, max_bytes, skills); None: all on.
   `context.project` off leaves out everything read from the repository (project and
-  directory layers, project skills, project tools); the git facts stay.
+  directory layers, project skills, project tools); the git facts stay. `secret_names` are the
+  session's key variable names (nagent_secrets.key_names), kept from every child it starts (git,
+  tools' --description runs); None reads them from the config.
 - `create_initial_text(ctx)` -> "<initial_context>\n" + static + "\n" + session
   + "</initial_context>\n" (static first, so even the one-text form has a stable prefix).
-- `describe_file_target(path, environ)` -> {target, size, sha256, language, git_log,
+- `describe_file_target(path, environ, secret_names)` -> {target, size, sha256, language, git_log,
   split_index: None, split_segments: []}; raises InputError for a missing or non-regular file.
 - `load_root_context(environ)` -> (text, problems) of the user layer alone.
 """
@@ -261,7 +264,7 @@ def target_facts(file_edit):
     return "\n".join(lines)
 
 
-def project_tools_text(project, environ):
+def project_tools_text(project, environ, secret_names=None):
     """(section text, warnings for the user) about <root>/.nagent/bin (see nagent_trust)."""
     from nagent_trust import trust_status
     status = trust_status(project, environ)
@@ -270,7 +273,8 @@ def project_tools_text(project, environ):
         return "", ()
     if status.state == "trusted":
         from nagent_discovery import default_cache_path, discover_tools
-        tools = discover_tools([where], default_cache_path(environ))
+        tools = discover_tools([where], default_cache_path(environ), environ=environ,
+                               secret_names=secret_names)
         where = escape(where)
         lines = [f"Project tools (in {where}, trusted by the user with nagent --trust; run them "
                  "by path through <nagent-shell>):"]
@@ -293,9 +297,9 @@ def project_tools_text(project, environ):
         "(run `nagent --trust` in it to use them)",)
 
 
-def session_parts(mode, environ, cwd, now, file_edit, options=None, shell=()):
+def session_parts(mode, environ, cwd, now, file_edit, options=None, shell=(), secret_names=None):
     """(session text, context files read, warnings for the user)."""
-    project = find_project(cwd, environ)
+    project = find_project(cwd, environ, secret_names)
     parts = [environment_facts(environ, cwd, now, project, shell)]
     if mode == "file-edit":
         parts.append(target_facts(file_edit))
@@ -307,7 +311,7 @@ def session_parts(mode, environ, cwd, now, file_edit, options=None, shell=()):
         parts.append(skills_text(find_skills(environ, project.root if from_project else None)))
     warnings = ()
     if from_project:
-        text, warnings = project_tools_text(project, environ)
+        text, warnings = project_tools_text(project, environ, secret_names)
         parts.append(text)
     files = tuple(item for layer in layers for item in layer.files)
     return "\n\n".join(part for part in parts if part) + "\n", files, warnings
@@ -320,7 +324,7 @@ def session_text(mode, environ, cwd, now, file_edit, options=None):
 # -- public API -------------------------------------------------------------------------------
 
 def build_initial_context(mode="main", environ=None, cwd=None, now=None, tools=None,
-                          file_edit=None, mcp_servers=(), options=None, shell=()):
+                          file_edit=None, mcp_servers=(), options=None, shell=(), secret_names=None):
     if mode not in MODES:
         raise UsageError("unknown context mode", mode, "use main or file-edit")
     if mode == "file-edit" and not file_edit:
@@ -329,8 +333,10 @@ def build_initial_context(mode="main", environ=None, cwd=None, now=None, tools=N
     cwd = os.getcwd() if cwd is None else cwd
     if tools is None:
         from nagent_discovery import default_bin_dirs, default_cache_path, discover_tools
-        tools = discover_tools(default_bin_dirs(environ), default_cache_path(environ))
-    session, files, warnings = session_parts(mode, environ, cwd, now, file_edit, options, shell)
+        tools = discover_tools(default_bin_dirs(environ), default_cache_path(environ),
+                               environ=environ, secret_names=secret_names)
+    session, files, warnings = session_parts(mode, environ, cwd, now, file_edit, options, shell,
+                                             secret_names)
     return InitialContext(static=static_text(mode, tools, mcp_servers), session=session,
                           files=files, warnings=warnings)
 
@@ -347,7 +353,7 @@ def language_for(path):
     return LANGUAGES.get(os.path.splitext(name)[1].lower(), "text")
 
 
-def git_history(path, environ=None, count=GIT_LOG_COUNT):
+def git_history(path, environ=None, count=GIT_LOG_COUNT, secret_names=None):
     """Last `count` commit subjects touching `path`; [] outside a work tree or on any failure."""
     real = os.path.realpath(path)
     directory = os.path.dirname(real)
@@ -358,8 +364,8 @@ def git_history(path, environ=None, count=GIT_LOG_COUNT):
                       "--", real)
     try:
         proc = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True,
-                              timeout=GIT_TIMEOUT, env=git_environ(os.environ if environ is None
-                                                                   else environ))
+                              timeout=GIT_TIMEOUT, env=git_environ(
+                                  os.environ if environ is None else environ, secret_names))
     except (OSError, subprocess.SubprocessError):
         return []
     if proc.returncode != 0:
@@ -368,7 +374,7 @@ def git_history(path, environ=None, count=GIT_LOG_COUNT):
     return [line.strip() for line in text.splitlines() if line.strip()]
 
 
-def describe_file_target(path, environ=None):
+def describe_file_target(path, environ=None, secret_names=None):
     target = os.path.abspath(os.path.expanduser(path))
     if not os.path.isfile(target):
         raise InputError("edit target is not a regular file", path)
@@ -378,4 +384,4 @@ def describe_file_target(path, environ=None):
     except OSError as error:
         raise InputError("cannot read edit target", path, error.strerror or "") from None
     return {"target": target, "size": size, "sha256": digest, "language": language_for(target),
-            "git_log": git_history(target, environ), "split_index": None, "split_segments": []}
+            "git_log": git_history(target, environ, secret_names=secret_names), "split_index": None, "split_segments": []}

@@ -8,13 +8,16 @@ Data contract:
 - `default_bin_dirs(environ)` -> [install bin, ~/.nagent/bin]; never anything from the cwd, so
   running nagent inside a cloned repository executes none of that repository's code.
 - `default_cache_path(environ)` -> ~/.nagent/cache/tool-descriptions.json.
-- `discover_tools(bin_dirs, cache_path, timeout=5.0)` -> [{"name", "description"}] sorted by
+- `discover_tools(bin_dirs, cache_path, timeout=5.0, environ=None, secret_names=None)` ->
+  [{"name", "description"}] sorted by
   name. Candidates are executable regular files directly inside each dir (no dotfiles, no
   helpers/, no *.pyc, no editor backups) whose realpath is inside that dir's realpath (a
   symlink pointing elsewhere is skipped: nothing outside bin_dirs is ever run). On a name
   clash the earlier dir wins, like PATH. A description is the first stdout line of
   `<exe> --description`, stripped, at most 200 chars; a failure, empty output or timeout gives
-  "(no description)" (cached too, until the file changes).
+  "(no description)" (cached too, until the file changes). A `--description` run gets
+  nagent_secrets.scrubbed_env(environ, secret_names) (the one child-environment rule: no
+  provider keys) with only the absolute PATH entries (it runs in the tool's directory).
 - Cache file (JSON, written atomically, only when it changed):
   {"version": 1, "entries": {realpath: {"size", "mtime_ns", "description"}}}. An entry is
   valid while the file's size and mtime_ns match; stale entries (changed or deleted files) are
@@ -30,7 +33,7 @@ import subprocess
 from nagent_fs import atomic_write, existing_mode
 from nagent_install import HELPERS_DIR, TOOLS, scripts_dir
 from nagent_paths import nagent_home, within
-from nagent_secrets import is_secret_name
+from nagent_secrets import scrubbed_env
 from nagent_terminal_text import one_line
 
 NO_DESCRIPTION = "(no description)"
@@ -94,21 +97,20 @@ def clean_description(raw):
     return NO_DESCRIPTION
 
 
-def _child_environ():
-    # A --description run needs no credentials, and relative PATH entries would resolve
-    # against whatever directory we happen to be in.
-    env = {name: value for name, value in os.environ.items() if not is_secret_name(name)}
+def description_environ(environ, secret_names=None):
+    # Relative PATH entries would resolve against the tool's directory, where it runs.
+    env = scrubbed_env(environ, secret_names)
     env["PATH"] = os.pathsep.join(part for part in env.get("PATH", "").split(os.pathsep)
                                   if os.path.isabs(part))
     return env
 
 
-def run_description(path, timeout):
+def run_description(path, timeout, env):
     """`path --description` -> description text; never raises."""
     try:
         proc = subprocess.Popen([path, "--description"], cwd=os.path.dirname(path),
                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.DEVNULL, env=_child_environ(),
+                                stderr=subprocess.DEVNULL, env=env,
                                 start_new_session=True)
     except OSError:
         return NO_DESCRIPTION
@@ -170,16 +172,16 @@ def write_cache(cache_path, entries):
     return True
 
 
-def _describe_all(paths, timeout):
+def _describe_all(paths, timeout, env):
     if len(paths) == 1:
-        return {paths[0]: run_description(paths[0], timeout)}
+        return {paths[0]: run_description(paths[0], timeout, env)}
     from concurrent.futures import ThreadPoolExecutor
     with ThreadPoolExecutor(max_workers=min(MAX_WORKERS, len(paths))) as pool:
-        results = pool.map(lambda path: run_description(path, timeout), paths)
+        results = pool.map(lambda path: run_description(path, timeout, env), paths)
         return dict(zip(paths, results))
 
 
-def discover_tools(bin_dirs, cache_path, timeout=5.0):
+def discover_tools(bin_dirs, cache_path, timeout=5.0, environ=None, secret_names=None):
     candidates = list_candidates(bin_dirs)
     old = read_cache(cache_path) if cache_path else {}
     # Keep valid entries of other installs sharing this cache; drop changed or deleted files.
@@ -187,7 +189,10 @@ def discover_tools(bin_dirs, cache_path, timeout=5.0):
     missing = [real for _, real, size, mtime in candidates
                if not (real in entries and entries[real]["size"] == size
                        and entries[real]["mtime_ns"] == mtime)]
-    described = _describe_all(missing, timeout) if missing else {}
+    described = {}
+    if missing:   # the environment (which may read the config) only when something runs
+        env = description_environ(os.environ if environ is None else environ, secret_names)
+        described = _describe_all(missing, timeout, env)
     for _, real, size, mtime in candidates:
         if real in described:
             entries[real] = {"size": size, "mtime_ns": mtime, "description": described[real]}

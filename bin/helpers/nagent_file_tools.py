@@ -86,7 +86,7 @@ class SplitOutcome:
 # -- tool processes ---------------------------------------------------------------------------
 
 def _tool_env(ctx):
-    from nagent_shell import scrubbed_env  # the one rule for what a child process may see
+    from nagent_secrets import scrubbed_env  # the one rule for what a child process may see
     return scrubbed_env(ctx.environ, tuple(getattr(ctx, "secret_names", ())))
 
 

@@ -107,11 +107,11 @@ def _kill_group(pid):
 
 
 def run_hook(command, stdin_text, cwd, environ, timeout, hook="response", extra_env=None,
-             secret_names=()):
+             secret_names=None):
     import subprocess
     import tempfile
     import time
-    from nagent_shell import scrubbed_env
+    from nagent_secrets import scrubbed_env
     env = scrubbed_env(environ, secret_names)
     env.update(extra_env or {})
     env["NAGENT_HOOK"] = hook

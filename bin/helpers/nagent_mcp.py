@@ -13,7 +13,7 @@ Data contract:
 - `tool_failure(outcome)` -> the NagentError (exit 1) that reports a failed tool with its message.
 Config comes from the resolved settings (`Settings.mcp_servers`, checked by the schema);
 `${VAR}` in a server's entry reads `environ`. A stdio server's base environment is the shell actions' scrubbed environment (one
-rule: `nagent_shell.scrubbed_env` with the session's provider-key names), so no provider key
+rule: `nagent_secrets.scrubbed_env` with the session's provider-key names), so no provider key
 reaches it unless its own `env` names it explicitly.
 """
 import json
@@ -30,8 +30,7 @@ def _settings(environ):
 
 
 def server_base_env(settings, environ):
-    from nagent_secrets import key_names
-    from nagent_shell import scrubbed_env
+    from nagent_secrets import key_names, scrubbed_env
     return scrubbed_env(environ, key_names(settings.providers.values()))
 
 

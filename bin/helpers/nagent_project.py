@@ -4,18 +4,21 @@ Data contract:
 - `git_marker_dir(directory)` -> the nearest directory at or above `directory` that holds a
   `.git` entry (a directory, or the `.git` file of a linked worktree or submodule), or None. A
   walk over the filesystem only: outside a repository no git process is ever started.
-- `find_project(cwd, environ)` -> `Project(root, branch, git_dir)` or None.
+- `find_project(cwd, environ, secret_names=None)` -> `Project(root, branch, git_dir)` or None.
   None when no `.git` is found walking up, and when git itself says `cwd` is not inside a work
   tree (inside `.git`, a broken or foreign repository git refuses, git missing or slow). Then
   one git process (`rev-parse --show-toplevel --absolute-git-dir`) decides, hardened for
   untrusted repositories (no fsmonitor hook, no optional locks, no prompt, no pager) and run
-  without provider keys (nagent_shell.scrubbed_env).
+  without provider keys: `git_environ(environ, secret_names)` is nagent_secrets.scrubbed_env
+  (the caller's key_names; None reads them from the config) plus no prompt and no pager.
   `root` is the realpath of the work tree's top level; `git_dir` the absolute git directory;
   `branch` the current branch from its HEAD file: the branch name ("main", also before the
   first commit), "(detached at <12 hex>)", or "(unknown)".
 """
 import os
 from collections import namedtuple
+
+from nagent_secrets import scrubbed_env
 
 GIT_TIMEOUT = 2.0
 
@@ -33,10 +36,9 @@ def git_marker_dir(directory):
         current = parent
 
 
-def git_environ(environ):
+def git_environ(environ, secret_names=None):
     """The environment of a git process nagent starts itself: no provider keys, no prompts."""
-    from nagent_shell import scrubbed_env
-    env = scrubbed_env(environ)
+    env = scrubbed_env(environ, secret_names)
     env.update(GIT_TERMINAL_PROMPT="0", GIT_PAGER="cat", GIT_OPTIONAL_LOCKS="0")
     return env
 
@@ -61,7 +63,7 @@ def branch_name(git_dir):
     return "(unknown)"
 
 
-def find_project(cwd, environ=None):
+def find_project(cwd, environ=None, secret_names=None):
     environ = os.environ if environ is None else environ
     if git_marker_dir(cwd) is None:
         return None
@@ -69,7 +71,7 @@ def find_project(cwd, environ=None):
     try:
         proc = subprocess.run(git_command(cwd, "rev-parse", "--show-toplevel", "--absolute-git-dir"),
                               stdin=subprocess.DEVNULL, capture_output=True, timeout=GIT_TIMEOUT,
-                              env=git_environ(environ))
+                              env=git_environ(environ, secret_names))
     except (OSError, subprocess.SubprocessError):
         return None
     lines = proc.stdout.decode("utf-8", "surrogateescape").splitlines()

@@ -23,16 +23,17 @@ from nagent_errors import UsageError
 HEAD_LIMIT = 4 << 20
 
 
-def _project(environ, cwd):
+def _project(environ, cwd, settings):
     from nagent_project import find_project
-    return find_project(cwd, environ)
+    from nagent_secrets import key_names
+    return find_project(cwd, environ, key_names(settings.providers.values()))
 
 
 def trust(options, settings):
     from nagent_cli import current_cwd
     from nagent_trust import trust_project
     cwd = current_cwd()
-    project = _project(settings.environ, cwd)
+    project = _project(settings.environ, cwd, settings)
     if project is None:
         raise UsageError("not inside a git work tree", cwd,
                          "run nagent --trust inside the project whose .nagent/bin you trust")
@@ -56,7 +57,7 @@ def list_skills(options, settings):
     from nagent_cli import current_cwd
     from nagent_skills import find_skills, skill_dicts
     environ = settings.environ
-    project = _project(environ, current_cwd()) if settings.context.project else None
+    project = _project(environ, current_cwd(), settings) if settings.context.project else None
     skills = find_skills(environ, project.root if project else None)
     data = {"skills": skill_dicts(skills), "enabled": settings.context.skills,
             "project_root": project.root if project else None}
@@ -79,7 +80,7 @@ def context_overview(settings, cwd, environ):
     from nagent_context_layers import load_layers
     from nagent_skills import find_skills
     from nagent_trust import trust_status
-    project = _project(environ, cwd)
+    project = _project(environ, cwd, settings)
     options = settings.context
     layers = load_layers(cwd, environ, project, options)
     from_project = project is not None and options.project

@@ -2,9 +2,11 @@
 sandboxed command cannot change what the next run trusts.
 
 Data contract:
-- `sandbox_env(environ, policy, secret_names=())` -> the environment a sandboxed command gets:
+- `sandbox_env(environ, policy, secret_names=None)` -> the environment a sandboxed command gets:
   only ENV_ALLOWLIST, variables starting with an ENV_PREFIXES entry, and the names listed in
-  `policy.env`; a secret name (nagent_secrets) never passes, even when listed.
+  `policy.env`; a secret name (nagent_secrets.is_secret_name) or a key variable
+  (nagent_secrets.withheld_names: `secret_names`, None reads the config) never passes, even
+  when listed.
 - `writable_roots(cwd, policy, environ)` -> tuple of real, existing directories the sandbox
   may write, none inside another: cwd, the write rules' temp roots
   (nagent_write_policy.temp_roots: /tmp, /var/tmp, $TMPDIR) and `policy.writable`.
@@ -49,7 +51,7 @@ from nagent_config import config_layers
 from nagent_discovery import install_bin_dir
 from nagent_errors import ConfigError, RefusedError, SetupError
 from nagent_paths import home_dir, nagent_home, within, within_any
-from nagent_secrets import is_secret_name
+from nagent_secrets import is_secret_name, withheld_names
 from nagent_write_policy import temp_roots
 
 ENV_ALLOWLIST = ("PATH", "HOME", "USER", "LOGNAME", "SHELL", "TERM", "LANG", "LANGUAGE", "TZ",
@@ -82,8 +84,8 @@ def bwrap_path(environ, roots=()):
     return found
 
 
-def sandbox_env(environ, policy, secret_names=()):
-    blocked = {name.upper() for name in secret_names}
+def sandbox_env(environ, policy, secret_names=None):
+    blocked = withheld_names(environ, secret_names)
     extra = set(getattr(policy, "env", ()) or ())
     env = {}
     for name, value in environ.items():

@@ -113,7 +113,8 @@ def file_edit_facts(record, context_module, action_context):
     except OSError:
         large = False  # describe_file_target names the problem
     split = ensure_split(record["path"], action_context) if large else None
-    facts = context_module.describe_file_target(record["path"])
+    facts = context_module.describe_file_target(record["path"],
+                                                secret_names=action_context.secret_names)
     if split:
         index_path, index, _ = split
         facts["split_index"] = index_path
@@ -189,7 +190,7 @@ def build_session(options, environ, cwd, settings=None):
         return nagent_context.build_initial_context(
             mode="file-edit" if record else "main", environ=environ, cwd=cwd, file_edit=facts,
             mcp_servers=tuple(spec.name for spec in settings.mcp_servers),
-            options=settings.context, shell=shell)
+            options=settings.context, shell=shell, secret_names=key_names(rows))
 
     meta = {"invocation": options.get("invocation") or "user"}
     if options.get("parent_conversation"):

@@ -11,7 +11,7 @@ Data contract:
   provider key may live in (nagent_secrets.key_names): never passed to a command.
   The command text is written to a 0600 script file in `side_dir` and run as
   `/bin/bash FILE` (or /bin/sh) in its own session, stdin closed. Unsandboxed it gets
-  `scrubbed_env()` (everything but keys and NAGENT_* internals); sandboxed, only the
+  nagent_secrets.scrubbed_env (everything but keys and NAGENT_* internals); sandboxed, only the
   allowlist of nagent_sandbox.sandbox_env, inside nagent_sandbox.bwrap_command.
   Approval (confirm) asks through nagent_approval.ask_on_tty.
   Streams go to temp files in `side_dir`; a stream larger than the cap (or binary) is kept
@@ -37,7 +37,7 @@ from nagent_approval import ask_on_tty
 from nagent_errors import ConfigError, InputError, SetupError
 from nagent_procs import end_group, wait
 from nagent_sandbox import bwrap_command, sandbox_env, shell_path
-from nagent_secrets import is_key_name
+from nagent_secrets import scrubbed_env
 
 APPROVALS = ("auto", "confirm", "deny")
 SANDBOXES = ("none", "bwrap")
@@ -72,22 +72,6 @@ class ShellOutcome:
     seconds: float
     timeout: float = 0.0                 # the policy's timeout, for the "killed after" line
     output_cap: int = 32 * 1024          # the policy's cap, for the "showing first/last" line
-
-
-def scrubbed_env(environ, extra_secret_names=()):
-    """The environment an unsandboxed command sees: everything but provider keys (the named ones
-    and any *_API_KEY) and internal NAGENT_* vars. The user's other tokens (GITHUB_TOKEN ...)
-    stay, for the tools that need them; their values are still redacted from the output."""
-    secret = {name.upper() for name in extra_secret_names}
-    env = {}
-    for name, value in environ.items():
-        upper = name.upper()
-        if upper in secret or is_key_name(name):
-            continue
-        if upper.startswith("NAGENT_") and upper != "NAGENT_CONFIG":
-            continue
-        env[name] = value
-    return env
 
 
 def check_policy(policy):
