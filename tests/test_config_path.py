@@ -17,7 +17,7 @@ import nagent_sandbox
 import nagent_write_policy as wp
 from nagent_config import config_layers
 from nagent_errors import RefusedError
-from nagent_paths import in_nagent_state, nagent_state_roots
+from nagent_paths import config_file, in_nagent_state, nagent_state_roots
 from nagent_shell import ShellPolicy
 
 RELATIVE = os.path.join("cfg", "config.json")
@@ -31,7 +31,6 @@ class RelativeConfigRulesTest(HermeticTestCase):
         self.env["NAGENT_CONFIG"] = RELATIVE
 
     def test_one_resolution_for_reader_policy_and_sandbox(self):
-        from nagent_paths import config_file
         self.assertEqual(config_file(self.env), os.path.realpath(self.real))
         self.assertEqual([path for _label, path in config_layers(self.env)], [self.real])
         self.assertIn(os.path.realpath(self.real), nagent_state_roots(self.env))
@@ -51,6 +50,11 @@ class RelativeConfigRulesTest(HermeticTestCase):
         os.makedirs(os.path.join(self.home, ".nagent"), exist_ok=True)
         plan = nagent_sandbox.plan(self.cwd, ShellPolicy(sandbox="bwrap"), self.env)
         self.assertIn(("ro-bind", "/dev/null", os.path.realpath(self.real)), plan.mounts)
+
+    def test_children_get_the_resolved_config_path(self):
+        from nagent_secrets import scrubbed_env
+        self.assertEqual(scrubbed_env(self.env, ())["NAGENT_CONFIG"], os.path.realpath(
+            os.path.join(self.cwd, RELATIVE)))
 
 
 class RelativeConfigModelWriteTest(FakeVendorTestCase):

@@ -152,13 +152,13 @@ def config_layers(environ=None):
     """[(label, path)] of the files to read, highest first. NAGENT_CONFIG naming a missing file
     is a ConfigError: a typo there would otherwise silently run without the intended settings."""
     environ = os.environ if environ is None else environ
-    from nagent_paths import nagent_home
+    from nagent_paths import config_file, nagent_home
     home = os.path.join(nagent_home(environ), "config.json")
     layers = []
-    explicit = environ.get("NAGENT_CONFIG") or ""
+    explicit = config_file(environ)   # the same resolved file the write rules protect
     if explicit:
         if not os.path.exists(explicit):
-            raise ConfigError("NAGENT_CONFIG names a missing file", explicit,
+            raise ConfigError("NAGENT_CONFIG names a missing file", environ["NAGENT_CONFIG"],
                               "create it or unset NAGENT_CONFIG")
         layers.append((ENV_FILE, explicit))
     if os.path.exists(home) and not (explicit and _same_file(explicit, home)):

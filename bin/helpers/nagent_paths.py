@@ -11,10 +11,14 @@ Data contract:
 - `home_dir(environ)` is $HOME from `environ` (else the user's home; ConfigError when not
   absolute); `nagent_home(environ)` is
   its ".nagent" directory, `conversations_dir(environ)` that directory's "conversations".
+- `config_file(environ)` -> the file NAGENT_CONFIG names, as a realpath (a relative value is
+  taken from the working directory, which nagent never changes), or None when unset: the one
+  resolution the config reader, the write policy and the sandbox share, so a relative
+  NAGENT_CONFIG names the same protected file for all three.
 - `nagent_state_roots(environ)` -> realpaths of what nagent keeps for itself and must never be
   a write or patch target whatever the temp roots are: ~/.nagent (config, conversations, bin/
-  whose executables run at the next context build, cache) and the file named by NAGENT_CONFIG
-  (when absolute). `in_nagent_state(real, environ)` tells whether a resolved path is one of them
+  whose executables run at the next context build, cache) and the NAGENT_CONFIG file
+  (config_file). `in_nagent_state(real, environ)` tells whether a resolved path is one of them
   or inside one (a missing HOME counts as "/" so nothing passes by accident).
   Nothing here creates directories or touches the filesystem beyond resolving links.
 """
@@ -56,15 +60,21 @@ def conversations_dir(environ=None):
     return os.path.join(nagent_home(environ), "conversations")
 
 
+def config_file(environ=None):
+    environ = os.environ if environ is None else environ
+    named = environ.get("NAGENT_CONFIG") or ""
+    return os.path.realpath(named) if named else None
+
+
 def nagent_state_roots(environ=None):
     environ = os.environ if environ is None else environ
     try:
         roots = [os.path.realpath(nagent_home(environ))]
     except ConfigError:
         return ("/",)   # no usable HOME: nothing can be shown to lie outside nagent's state
-    config = environ.get("NAGENT_CONFIG") or ""
-    if os.path.isabs(config):
-        roots.append(os.path.realpath(config))
+    config = config_file(environ)
+    if config:
+        roots.append(config)
     return tuple(roots)
 
 

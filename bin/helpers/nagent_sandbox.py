@@ -50,7 +50,7 @@ from dataclasses import dataclass
 from nagent_config import config_layers
 from nagent_discovery import install_bin_dir
 from nagent_errors import ConfigError, RefusedError, SetupError
-from nagent_paths import home_dir, nagent_home, within, within_any
+from nagent_paths import config_file, home_dir, nagent_home, within, within_any
 from nagent_secrets import is_secret_name, withheld_names
 from nagent_write_policy import temp_roots
 
@@ -150,7 +150,7 @@ def config_locations(environ):
     try:
         return [path for _label, path in config_layers(environ)]
     except ConfigError:
-        return [os.path.abspath(environ["NAGENT_CONFIG"])]
+        return [config_file(environ)]
 
 
 def code_locations(environ):

@@ -31,7 +31,7 @@ Data contract:
   `--description` run): `environ` without the provider key variables (`secret_names`, the
   caller's key_names; None reads them from the config: configured_key_names), without any
   `*_API_KEY` (is_key_name), and without nagent's internal NAGENT_* variables (NAGENT_CONFIG
-  stays). The user's other tokens (GITHUB_TOKEN ...) stay, for the tools that need them; their
+  stays, resolved by nagent_paths.config_file: a child in another directory reads the same file). The user's other tokens (GITHUB_TOKEN ...) stay, for the tools that need them; their
   values are still redacted from what comes back. The bwrap sandbox passes an allowlist instead
   (nagent_sandbox.sandbox_env) and asks `withheld_names` for the same key names.
 - `withheld_names(environ, secret_names=None)` -> frozenset of the upper-cased key variable
@@ -50,6 +50,7 @@ import os
 import re
 
 from nagent_env_refs import whole_reference
+from nagent_paths import config_file
 
 SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "COOKIE", "CREDENTIAL", "CREDENTIALS",
                 "APIKEY", "AUTHORIZATION")
@@ -148,6 +149,8 @@ def scrubbed_env(environ, secret_names=None):
         if upper.startswith("NAGENT_") and upper != "NAGENT_CONFIG":
             continue
         env[name] = value
+    if env.get("NAGENT_CONFIG"):
+        env["NAGENT_CONFIG"] = config_file(environ)
     return env
 
 
