@@ -31,7 +31,8 @@ Data contract:
   `--description` run): `environ` without the provider key variables (`secret_names`, the
   caller's key_names; None reads them from the config: configured_key_names), without any
   `*_API_KEY` (is_key_name), and without nagent's internal NAGENT_* variables (NAGENT_CONFIG
-  stays, resolved by nagent_paths.config_file: a child in another directory reads the same file). The user's other tokens (GITHUB_TOKEN ...) stay, for the tools that need them; their
+  stays, resolved by nagent_paths.config_file: a child in another directory reads the same
+  file). The user's other tokens (GITHUB_TOKEN ...) stay, for the tools that need them; their
   values are still redacted from what comes back. The bwrap sandbox passes an allowlist instead
   (nagent_sandbox.sandbox_env) and asks `withheld_names` for the same key names.
 - `withheld_names(environ, secret_names=None)` -> frozenset of the upper-cased key variable
