@@ -21,7 +21,7 @@ Data contract:
   --stream/--no-stream (see nagent_output for what they choose).
 - `emit_json(data)` writes one JSON document to stdout (nothing else goes to stdout in
   --json mode). `redact(text, secrets=None)` blanks out secret values in any text; without a
-  list, every secret nagent knows (nagent_secrets.known_secrets) is blanked.
+  list, every secret nagent knows (nagent_config.known_secrets) is blanked.
 - `argument_parser(**kwargs)` is argparse whose usage errors raise UsageError (one line in the
   `Error: <what>: <value> (<fix>)` shape); every parser has --version.
 - `read_prompt(words, stdin)` returns (prompt text, source) for argv, piped stdin, or argv
@@ -39,7 +39,7 @@ import sys
 import time
 
 from nagent_errors import EXIT_CODES, ExitSignal, InputError, NagentError, UsageError
-from nagent_secrets import known_secrets, make_undumpable
+from nagent_secrets import make_undumpable
 from nagent_secrets import redact as redact_values
 
 
@@ -64,7 +64,11 @@ def emit_json(data):
 def redact(text, secrets=None):
     if not text:
         return text
-    return redact_values(text, known_secrets() if secrets is None else secrets)
+    if secrets is None:
+        # Imported here: only a report without a session's secrets needs the config.
+        from nagent_config import known_secrets
+        secrets = known_secrets()
+    return redact_values(text, secrets)
 
 
 def report_error(error):

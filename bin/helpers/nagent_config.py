@@ -41,7 +41,8 @@ from nagent_config_schema import (DEFAULT, ENV_FILE, FIXED, FLAG, HOME_FILE, KEY
                                   SCHEMA, Key, Price, check_value, unknown_keys)
 from nagent_env_refs import lookup, whole_reference
 from nagent_errors import ConfigError, SetupError
-from nagent_providers import find_row
+from nagent_providers import BUILTIN_PROVIDERS, find_row
+from nagent_secrets import key_names, secret_values
 
 
 class Source(namedtuple("Source", "layer detail", defaults=("",))):
@@ -414,3 +415,26 @@ def describe_settings(settings):
                     state = "api_key " + redacted_key(provider.api_key, settings.environ)
                 rows.append(("api key", state, "environment"))
     return rows
+
+
+# -- the secrets of the configured providers, for callers that hold no Settings ---------------
+def _configured_rows(environ):
+    try:
+        return tuple(resolve_settings({}, environ).providers.values())
+    except Exception:  # noqa: BLE001 - a report must not fail; the config may be what failed
+        return BUILTIN_PROVIDERS
+
+
+def known_secrets(environ=None):
+    """nagent_secrets.secret_values for the providers the config files define (the provider
+    table when the config cannot be read): for error reporters that hold no session."""
+    environ = os.environ if environ is None else environ
+    return secret_values(_configured_rows(environ), environ)
+
+
+def child_key_names(environ, secret_names=None):
+    """`secret_names` (a caller's nagent_secrets.key_names), or, when None, the key names of the
+    providers the config files define: what nagent_secrets.scrubbed_env withholds."""
+    if secret_names is not None:
+        return tuple(secret_names)
+    return key_names(_configured_rows(os.environ if environ is None else environ))

@@ -16,8 +16,8 @@ Data contract:
   clash the earlier dir wins, like PATH. A description is the first stdout line of
   `<exe> --description`, stripped, at most 200 chars; a failure, empty output or timeout gives
   "(no description)" (cached too, until the file changes). A `--description` run gets
-  nagent_secrets.scrubbed_env(environ, secret_names) (the one child-environment rule: no
-  provider keys) with only the absolute PATH entries (it runs in the tool's directory).
+  nagent_secrets.scrubbed_env over nagent_config.child_key_names(environ, secret_names) (the
+  one child-environment rule: no provider keys) with only the absolute PATH entries (it runs in the tool's directory).
 - Cache file (JSON, written atomically, only when it changed):
   {"version": 1, "entries": {realpath: {"size", "mtime_ns", "description"}}}. An entry is
   valid while the file's size and mtime_ns match; stale entries (changed or deleted files) are
@@ -33,6 +33,7 @@ import subprocess
 from nagent_fs import atomic_write, existing_mode
 from nagent_install import HELPERS_DIR, TOOLS, scripts_dir
 from nagent_paths import nagent_home, within
+from nagent_config import child_key_names
 from nagent_secrets import scrubbed_env
 from nagent_terminal_text import one_line
 
@@ -99,7 +100,7 @@ def clean_description(raw):
 
 def description_environ(environ, secret_names=None):
     # Relative PATH entries would resolve against the tool's directory, where it runs.
-    env = scrubbed_env(environ, secret_names)
+    env = scrubbed_env(environ, child_key_names(environ, secret_names))
     env["PATH"] = os.pathsep.join(part for part in env.get("PATH", "").split(os.pathsep)
                                   if os.path.isabs(part))
     return env

@@ -107,7 +107,7 @@ def _kill_group(pid):
 
 
 def run_hook(command, stdin_text, cwd, environ, timeout, hook="response", extra_env=None,
-             secret_names=None):
+             secret_names=()):
     import subprocess
     import tempfile
     import time

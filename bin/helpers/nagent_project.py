@@ -10,7 +10,8 @@ Data contract:
   one git process (`rev-parse --show-toplevel --absolute-git-dir`) decides, hardened for
   untrusted repositories (no fsmonitor hook, no optional locks, no prompt, no pager) and run
   without provider keys: `git_environ(environ, secret_names)` is nagent_secrets.scrubbed_env
-  (the caller's key_names; None reads them from the config) plus no prompt and no pager.
+  over nagent_config.child_key_names (the caller's key_names; None reads them from the config)
+  plus no prompt and no pager.
   `root` is the realpath of the work tree's top level; `git_dir` the absolute git directory;
   `branch` the current branch from its HEAD file: the branch name ("main", also before the
   first commit), "(detached at <12 hex>)", or "(unknown)".
@@ -18,6 +19,7 @@ Data contract:
 import os
 from collections import namedtuple
 
+from nagent_config import child_key_names
 from nagent_secrets import scrubbed_env
 
 GIT_TIMEOUT = 2.0
@@ -38,7 +40,7 @@ def git_marker_dir(directory):
 
 def git_environ(environ, secret_names=None):
     """The environment of a git process nagent starts itself: no provider keys, no prompts."""
-    env = scrubbed_env(environ, secret_names)
+    env = scrubbed_env(environ, child_key_names(environ, secret_names))
     env.update(GIT_TERMINAL_PROMPT="0", GIT_PAGER="cat", GIT_OPTIONAL_LOCKS="0")
     return env
 

@@ -2,10 +2,10 @@
 sandboxed command cannot change what the next run trusts.
 
 Data contract:
-- `sandbox_env(environ, policy, secret_names=None)` -> the environment a sandboxed command gets:
+- `sandbox_env(environ, policy, secret_names=())` -> the environment a sandboxed command gets:
   only ENV_ALLOWLIST, variables starting with an ENV_PREFIXES entry, and the names listed in
   `policy.env`; a secret name (nagent_secrets.is_secret_name) or a key variable
-  (nagent_secrets.withheld_names: `secret_names`, None reads the config) never passes, even
+  (nagent_secrets.withheld_names over `secret_names`) never passes, even
   when listed.
 - `writable_roots(cwd, policy, environ)` -> tuple of real, existing directories the sandbox
   may write, none inside another: cwd, the write rules' temp roots
@@ -84,8 +84,8 @@ def bwrap_path(environ, roots=()):
     return found
 
 
-def sandbox_env(environ, policy, secret_names=None):
-    blocked = withheld_names(environ, secret_names)
+def sandbox_env(environ, policy, secret_names=()):
+    blocked = withheld_names(secret_names)
     extra = set(getattr(policy, "env", ()) or ())
     env = {}
     for name, value in environ.items():

@@ -24,22 +24,19 @@ Data contract:
   names hold in `environ`, plus every literal `api_key` of a row and a reference's default.
   Passed through `redactable`.
 - `redact(text, values)` -> text with each value replaced by REDACTED (longest first).
-- `configured_key_names(environ)` -> key_names of the providers the config files define (the
-  provider table when the config cannot be read): for callers that hold no Settings.
-- `scrubbed_env(environ, secret_names=None)` is the one rule for the environment nagent gives a
+- `scrubbed_env(environ, secret_names)` is the one rule for the environment nagent gives a
   child outside the sandbox (shell actions, hooks, file tools, MCP servers, git, a tool's
   `--description` run): `environ` without the provider key variables (`secret_names`, the
-  caller's key_names; None reads them from the config: configured_key_names), without any
+  caller's key_names; nagent_config.child_key_names for a caller without Settings), without any
   `*_API_KEY` (is_key_name), and without nagent's internal NAGENT_* variables (NAGENT_CONFIG
   stays, resolved by nagent_paths.config_file: a child in another directory reads the same
   file). The user's other tokens (GITHUB_TOKEN ...) stay, for the tools that need them; their
   values are still redacted from what comes back. The bwrap sandbox passes an allowlist instead
   (nagent_sandbox.sandbox_env) and asks `withheld_names` for the same key names.
-- `withheld_names(environ, secret_names=None)` -> frozenset of the upper-cased key variable
-  names no child receives (None as for scrubbed_env).
-- `known_secrets(environ)` -> secret_values for the providers the config files define; for
-  error reporters that hold no session. A config that cannot be read falls back to the
-  provider table and the environment.
+- `withheld_names(secret_names)` -> frozenset of the upper-cased key variable names no child
+  receives.
+  This module reads no config (nagent_config imports it); `nagent_config.known_secrets` and
+  `configured_key_names` apply these rules to the config files' providers.
 - `make_undumpable()` sets PR_SET_DUMPABLE to 0 for this process (as ssh-agent does): a child
   running as the same non-root user can then read neither /proc/<nagent>/environ nor its
   memory, nor attach a debugger. Returns True when it took effect; never raises.
@@ -47,7 +44,6 @@ What this does not cover, and the README says so: root (it reads any process and
 files on disk, and output a command transformed (base64, rev): redaction is the second line of
 defence, not the first.
 """
-import os
 import re
 
 from nagent_env_refs import whole_reference
@@ -114,34 +110,12 @@ def redact(text, values):
     return text
 
 
-def _configured_rows(environ):
-    # Imported here, not at the top: every tool imports this module at start-up (through
-    # nagent_cli), and only a caller without Settings needs the config.
-    from nagent_config import resolve_settings
-    from nagent_providers import BUILTIN_PROVIDERS
-    try:
-        return tuple(resolve_settings({}, environ).providers.values())
-    except Exception:  # noqa: BLE001 - a report must not fail; the config may be what failed
-        return BUILTIN_PROVIDERS
+def withheld_names(secret_names):
+    return frozenset(name.upper() for name in secret_names)
 
 
-def known_secrets(environ=None):
-    environ = os.environ if environ is None else environ
-    return secret_values(_configured_rows(environ), environ)
-
-
-def configured_key_names(environ=None):
-    environ = os.environ if environ is None else environ
-    return key_names(_configured_rows(environ))
-
-
-def withheld_names(environ, secret_names=None):
-    names = configured_key_names(environ) if secret_names is None else secret_names
-    return frozenset(name.upper() for name in names)
-
-
-def scrubbed_env(environ, secret_names=None):
-    withheld = withheld_names(environ, secret_names)
+def scrubbed_env(environ, secret_names):
+    withheld = withheld_names(secret_names)
     env = {}
     for name, value in environ.items():
         upper = name.upper()
