@@ -148,6 +148,20 @@ class ChildEnvironmentTest(FakeVendorTestCase):
                     self.assertNotIn("CORPKEY=", text, name)
                     self.assertIn("HOME=", text, name)    # the rest of the environment is there
 
+    def test_a_description_run_gets_no_secret_named_variable_at_all(self):
+        # A tool's --description runs at context build, before the model asks for anything: it
+        # needs no credentials, so every secret-named variable stays out, not only the keys.
+        token = marker("ghtoken")
+        from nagent_discovery import discover_tools
+        env = dict(self.env, GITHUB_TOKEN=token, PGPASSWORD=token + "pw")
+        with self.patched_environ():
+            discover_tools([os.path.join(self.home, ".nagent", "bin")], None, environ=env)
+        dumps = self.dumped("tool-")
+        self.assertTrue(dumps)
+        for name, text in dumps.items():
+            self.assertNotIn(token, text, name)
+            self.assertIn("HOME=", text, name)
+
     def test_callers_without_settings_read_the_key_names_from_the_config(self):
         from nagent_discovery import discover_tools
         from nagent_project import find_project

@@ -34,7 +34,7 @@ from nagent_fs import atomic_write, existing_mode
 from nagent_install import HELPERS_DIR, TOOLS, scripts_dir
 from nagent_paths import nagent_home, within
 from nagent_config import child_key_names
-from nagent_secrets import scrubbed_env
+from nagent_secrets import is_secret_name, scrubbed_env
 from nagent_terminal_text import one_line
 
 NO_DESCRIPTION = "(no description)"
@@ -99,8 +99,12 @@ def clean_description(raw):
 
 
 def description_environ(environ, secret_names=None):
-    # Relative PATH entries would resolve against the tool's directory, where it runs.
+    """A child's environment (scrubbed_env) without any secret-named variable either: a
+    --description run happens at context build, before anyone asked for the tool, and needs no
+    credentials."""
     env = scrubbed_env(environ, child_key_names(environ, secret_names))
+    env = {name: value for name, value in env.items() if not is_secret_name(name)}
+    # Relative PATH entries would resolve against the tool's directory, where it runs.
     env["PATH"] = os.pathsep.join(part for part in env.get("PATH", "").split(os.pathsep)
                                   if os.path.isabs(part))
     return env
