@@ -87,10 +87,12 @@ def give_to_nobody(path):
 def outside_dir(case):
     """A scratch dir on the host's real filesystem outside every temp root and the project,
     so the sandbox shows it read-only (under /dev, bwrap's private /dev would hide it instead,
-    and a write there would "fail" for the wrong reason). Falls back to case.make_outside_dir."""
+    and a write there would "fail" for the wrong reason). A checkout under /tmp, whose test HOME
+    is under /tmp too, takes a root-writable system directory instead. Falls back to
+    case.make_outside_dir."""
     import tempfile
     from base import REPO
-    for parent in (REPO, case.home):
+    for parent in (REPO, case.home, "/srv", "/opt", "/mnt", "/var/lib"):
         real = os.path.realpath(parent)
         if os.access(real, os.W_OK) and not real.startswith(("/tmp/", "/var/tmp/", "/dev/")):
             path = os.path.realpath(tempfile.mkdtemp(prefix=".nagent-outside-", dir=real))
