@@ -7,13 +7,11 @@
   question, and control and bidi characters as escapes that read one way only (\\u202e).
 """
 import os
-import pty
-import select
 import sys
-import time
 
 from base import BIN, HermeticTestCase
 from fakes import FakeVendorTestCase
+from ptys import answer_on_pty
 
 import nagent_approval
 import nagent_conversation
@@ -52,34 +50,10 @@ class TypeaheadThroughPty(FakeVendorTestCase):
         """Start bin/nagent on a new pty, type `typeahead` at once, then answer each prompt in
         turn, only after it is fully shown. Returns (exit code, transcript)."""
         argv = [sys.executable, os.path.join(BIN, "nagent"), "--conversation", name, "go"]
-        pid, master = pty.fork()
-        if pid == 0:
-            try:
-                os.chdir(self.cwd)
-                os.execve(argv[0], argv, self.env)
-            finally:
-                os._exit(127)
-        os.write(master, typeahead)          # long before any prompt: nagent is still starting
-        seen, prompts, answers = b"", 0, list(answers)
-        deadline = time.monotonic() + 60
-        try:
-            while time.monotonic() < deadline:
-                if not select.select([master], [], [], 0.5)[0]:
-                    continue
-                try:
-                    chunk = os.read(master, 4096)
-                except OSError:
-                    break
-                if not chunk:
-                    break
-                seen += chunk
-                while seen.count(b"[y/N] ") > prompts and answers:
-                    os.write(master, answers.pop(0))
-                    prompts += 1
-        finally:
-            os.close(master)
-            _, status = os.waitpid(pid, 0)
-        return os.waitstatus_to_exitcode(status), seen.decode("utf-8", "replace")
+        # The typeahead goes long before any prompt: nagent is still starting.
+        code, seen, _prompts = answer_on_pty(argv, self.env, self.cwd, answers, typeahead=typeahead,
+                                             prompt=b"[y/N] ")
+        return code, seen.decode("utf-8", "replace")
 
     def test_typeahead_never_approves(self):
         self.fake.reply("<nagent-shell>\ntouch typed-ahead-1\n</nagent-shell>\n"

@@ -12,17 +12,15 @@
 """
 import json
 import os
-import pty
 import re
-import select
 import shutil
 import subprocess
 import sys
-import time
 import unittest
 
 from base import BIN, HELPERS
 from fakes import FakeVendorTestCase
+from ptys import answer_on_pty
 from unprivileged import outside_dir
 
 import nagent_conversation
@@ -93,33 +91,8 @@ class ApprovalModes(ShellModeCase):
         self.script("touch answered-yes", "touch answered-no")
         argv = [sys.executable, os.path.join(BIN, "nagent"), "--conversation", "confirm-tty",
                 "run the commands"]
-        pid, master = pty.fork()
-        if pid == 0:  # the child: the pty is its controlling terminal
-            try:
-                os.chdir(self.cwd)
-                os.execve(argv[0], argv, self.env)
-            finally:
-                os._exit(127)
-        answers, seen, prompts = [b"y\n", b"n\n"], b"", 0
-        deadline = time.monotonic() + 60
-        try:
-            while time.monotonic() < deadline:
-                if not select.select([master], [], [], 0.5)[0]:
-                    continue
-                try:
-                    chunk = os.read(master, 4096)
-                except OSError:  # EIO: the child closed the terminal
-                    break
-                if not chunk:
-                    break
-                seen += chunk
-                while seen.count(b"[y/N]") > prompts and answers:
-                    os.write(master, answers.pop(0))
-                    prompts += 1
-        finally:
-            os.close(master)
-            _, status = os.waitpid(pid, 0)
-        self.assertEqual(os.waitstatus_to_exitcode(status), 0, seen.decode("utf-8", "replace"))
+        code, seen, prompts = answer_on_pty(argv, self.env, self.cwd, [b"y\n", b"n\n"])
+        self.assertEqual(code, 0, seen.decode("utf-8", "replace"))
         self.assertEqual(prompts, 2, seen.decode("utf-8", "replace"))
         self.assertIn(b"nagent wants to run a shell command (1 line):", seen)
         yes, no = self.shell_results("confirm-tty")

@@ -1,0 +1,44 @@
+"""Driving a tool through a pseudo-terminal that is its controlling terminal.
+
+Data contract: `answer_on_pty(argv, env, cwd, answers, typeahead=b"", prompt=b"[y/N]",
+timeout=60)` forks `argv` on a new pty (stdin, stdout and stderr all on it), writes `typeahead`
+at once (before the tool can have asked anything), then writes each of `answers` in turn, each
+only after one more `prompt` has been shown whole. Returns (exit code, transcript bytes, prompts
+answered).
+"""
+import os
+import pty
+import select
+import time
+
+
+def answer_on_pty(argv, env, cwd, answers, typeahead=b"", prompt=b"[y/N]", timeout=60):
+    pid, master = pty.fork()
+    if pid == 0:  # the child: the pty is its controlling terminal
+        try:
+            os.chdir(cwd)
+            os.execve(argv[0], argv, env)
+        finally:
+            os._exit(127)
+    if typeahead:
+        os.write(master, typeahead)
+    seen, prompts, answers = b"", 0, list(answers)
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            if not select.select([master], [], [], 0.5)[0]:
+                continue
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:  # EIO: the child closed the terminal
+                break
+            if not chunk:
+                break
+            seen += chunk
+            while seen.count(prompt) > prompts and answers:
+                os.write(master, answers.pop(0))
+                prompts += 1
+    finally:
+        os.close(master)
+        _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status), seen, prompts
