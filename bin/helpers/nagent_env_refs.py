@@ -15,12 +15,10 @@ Data contract (pure: `environ` is passed in, nothing is read or written):
   `"${VLLM_KEY:-none}"` is VLLM_KEY's value, else "none"; a default is config text, so it counts
   as a literal key (nagent_secrets redacts it).
 """
-import re
-
 from nagent_errors import ConfigError
 
-# A pattern string, not a compiled pattern: `re` compiles it on first use (and caches it), so a
-# run whose config names no reference pays nothing for it at start-up.
+# A pattern string, and `re` imported where a reference is read: every tool imports this module
+# at start-up (through nagent_secrets), and a run whose config names no reference pays nothing.
 REFERENCE = r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}"
 
 
@@ -32,11 +30,15 @@ def lookup(name, default, environ):
 
 
 def whole_reference(value):
-    match = re.fullmatch(REFERENCE, value) if isinstance(value, str) and "${" in value else None
+    if not (isinstance(value, str) and "${" in value):
+        return None
+    import re
+    match = re.fullmatch(REFERENCE, value)
     return (match.group(1), match.group(2)) if match else None
 
 
 def expand(text, environ, where=""):
+    import re
     inserted = []
 
     def replace(match):

@@ -44,7 +44,6 @@ What this does not cover, and the README says so: root (it reads any process and
 files on disk, and output a command transformed (base64, rev): redaction is the second line of
 defence, not the first.
 """
-import re
 
 from nagent_env_refs import whole_reference
 from nagent_paths import config_file
@@ -54,13 +53,16 @@ SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "COOKIE", "CREDENTIAL",
 SECRET_SUFFIXES = ("_KEY", "_AUTH", "_PWD") + SECRET_WORDS
 KEY_SUFFIX = "_API_KEY"
 MIN_SECRET_LEN = 6
-_SEPARATORS = re.compile(r"[^A-Z0-9]+")
 REDACTED = "[redacted]"
 PR_SET_DUMPABLE = 4
 
 
 def _normal(name):
-    return _SEPARATORS.sub("_", str(name).upper()).strip("_")
+    """NAME upper-cased with each run of other characters than A-Z and 0-9 as one "_" (no `re`:
+    every tool imports this module at start-up)."""
+    upper = str(name).upper()
+    return "_".join("".join(ch if "A" <= ch <= "Z" or "0" <= ch <= "9" else " "
+                            for ch in upper).split())
 
 
 def is_secret_name(name):

@@ -21,10 +21,7 @@ Data contract (pure functions over str):
 - `cut(line, limit)` -> `line` cut to `limit` columns with "…" (wide characters count two,
   combining ones zero); `width(ch)` is that column count.
 """
-import re
-import unicodedata
-
-_SPACES = re.compile(r" {2,}")
+import unicodedata  # no `re`: nagent_errors imports this module, so every tool does at start-up
 
 
 def unsafe(ch):
@@ -63,8 +60,9 @@ def one_line(text, limit=None, newline=" "):
     text = str(text if text is not None else "").replace("\r\n", "\n").strip()
     if not text.isprintable():
         text = "".join(_line_char(ch, newline) for ch in text)
-    line = _SPACES.sub(" ", text)
-    return line if limit is None else cut(line, limit)
+    while "  " in text:
+        text = text.replace("  ", " ")
+    return text if limit is None else cut(text, limit)
 
 
 def width(ch):
