@@ -3,6 +3,8 @@ pseudo-terminal, against the fake vendor. Action lines, retry line, format corre
 closing summary line, colour only on a terminal and never with NO_COLOR, nothing with -q, and
 quiet off a terminal unless -v."""
 import fcntl
+import importlib.util
+import json
 import os
 import re
 import signal
@@ -13,7 +15,7 @@ import termios
 import threading
 import time
 
-from base import BIN
+from base import BIN, TESTS
 from test_loop import NagentRunCase
 
 ESC = "\x1b"
@@ -22,13 +24,14 @@ SCRIPT_REPLY = ('<nagent-shell>echo hi from shell</nagent-shell>\n<nagent-read p
 ANSWER = "<nagent-response>\nAll done.\nThe notes say hello.\n</nagent-response>"
 
 
-def run_on_terminal(args, env, cwd, stdout_on_terminal=False, timeout=60, interrupt_after=None):
-    """(exit code, stdout text or None, what the terminal showed) of bin/nagent with stderr
+def run_on_terminal(args, env, cwd, stdout_on_terminal=False, timeout=60, interrupt_after=None,
+                    tool="nagent"):
+    """(exit code, stdout text or None, what the terminal showed) of bin/TOOL with stderr
     (and stdout, if asked) on a fresh 120x40 pseudo-terminal; `interrupt_after` (text) sends
     SIGINT, as Ctrl-C does, once the terminal has shown that text and a moment more."""
     master, slave = os.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
-    proc = subprocess.Popen([sys.executable, os.path.join(BIN, "nagent"), *args],
+    proc = subprocess.Popen([sys.executable, os.path.join(BIN, tool), *args],
                             stdin=subprocess.DEVNULL, stderr=slave, env=env, cwd=cwd,
                             stdout=slave if stdout_on_terminal else subprocess.PIPE)
     os.close(slave)
@@ -128,6 +131,55 @@ class LiveTerminalTest(NagentRunCase):
         self.assertTrue(lines[-1].startswith("● 2 model calls · "), lines)
         replies = self.kinds(self.named_path("plain"), "reply")
         self.assertEqual(replies[-1].body, ANSWER)       # the record is the whole reply
+
+    def test_an_answer_cannot_drive_the_terminal_but_a_pipe_gets_it_whole(self):
+        # Text from a file can make a model echo escape sequences: OSC 52 writes the clipboard,
+        # CSI 2J clears the screen, U+202E reverses what follows. On a terminal they are shown
+        # as escapes, streamed or whole (a response hook holds the answer back until it passes);
+        # a pipe gets the reply's bytes as they are.
+        hostile = "copy \x1b]52;c;cm0gLXJmIH4=\x07 clear \x1b[2J csi \x9b2J rtl \u202egnp.exe tab\tend"
+        shown = ("copy \\x1b]52;c;cm0gLXJmIH4=\\x07 clear \\x1b[2J csi \\x9b2J "
+                 "rtl \\u202egnp.exe tab\tend")
+        answer = f"<nagent-response>\n{hostile}\nline two\n</nagent-response>"
+        for name, args in (("streamed", []), ("gated", ["--hook-per-response", "true"])):
+            with self.subTest(name):
+                self.fake.reply(answer, chunk=7, gap=0.005)
+                code, _, screen = run_on_terminal(["-q", *args, "--conversation", name, "go"],
+                                                  self.env, self.cwd, stdout_on_terminal=True)
+                self.assertEqual(code, 0, screen)
+                for raw in ("\x1b", "\x07", "\x9b", "\u202e"):
+                    self.assertNotIn(raw, screen)
+                self.assertEqual(screen, shown + "\nline two\n")
+                replies = self.kinds(self.named_path(name), "reply")
+                self.assertEqual(replies[-1].body, answer)   # the record keeps the reply whole
+        self.fake.reply(answer)
+        proc = self.nagent("--conversation", "piped", "go")
+        self.assertEqual(proc.stdout, hostile + "\nline two\n")
+
+    def test_llm_text_and_mcp_output_cannot_drive_the_terminal(self):
+        hostile = "a \x1b]52;c;cm0=\x07 b \x9b2J c \u202ed\tend"
+        shown = "a \\x1b]52;c;cm0=\\x07 b \\x9b2J c \\u202ed\tend"
+        self.write_file("q.txt", "say it\n")
+        self.env["NAGENT_NO_SPINNER"] = "1"   # the terminal then shows the output alone
+        for flags in ([], ["--no-stream"]):
+            with self.subTest(flags=flags):
+                self.fake.reply(hostile, chunk=5, gap=0.005)
+                code, _, screen = run_on_terminal(["--file", "q.txt", *flags], self.env, self.cwd,
+                                                  stdout_on_terminal=True, tool="nagent-llm-text")
+                self.assertEqual((code, screen), (0, shown + "\n"))
+        self.fake.reply(hostile)
+        piped = self.run_tool("nagent-llm-text", "--file", "q.txt")
+        self.assertEqual(piped.stdout, hostile + "\n")
+        if importlib.util.find_spec("mcp") is None:
+            return
+        server = os.path.join(TESTS, "mcp_server.py")
+        self.write_config(dict(self.CONFIG, mcp_servers={"t": {"command": sys.executable,
+                                                               "args": [server]}}))
+        args = ["call", "t", "echo", "--args", json.dumps({"text": hostile})]
+        code, _, screen = run_on_terminal(args, self.env, self.cwd, stdout_on_terminal=True,
+                                          tool="nagent-mcp")
+        self.assertEqual((code, screen), (0, shown + "\n"))
+        self.assertEqual(self.run_tool("nagent-mcp", *args).stdout, hostile + "\n")
 
     def test_quiet_shows_nothing_and_off_a_terminal_stays_quiet_unless_verbose(self):
         self.fake.reply("<nagent-shell>echo quiet</nagent-shell>")

@@ -86,7 +86,7 @@ def run_session(session, prompt, source, options, mode):
         if mode == "json":
             emit_json(nagent_output.outcome_document(data, out.log))
         elif mode == "text" and data["response"] is not None and not out.answered:
-            text = data["response"]
+            text = out.shown(data["response"])
             sys.stdout.write(text if text.endswith("\n") else text + "\n")
             sys.stdout.flush()
         if data.get("valid") is False and data["response"] is not None:

@@ -47,6 +47,7 @@ def main(argv=None):
     args = build_parser().parse_args(argv)
     from nagent_cli import Spinner, emit_json, load_settings
     from nagent_errors import InputError, UsageError
+    from nagent_terminal_text import shown_on
     settings = load_settings(args)
     import nagent_llm
     if args.list_models:
@@ -61,14 +62,15 @@ def main(argv=None):
     text = read_input(args.file)
     if not text.strip():
         raise InputError("input is empty", args.file)
-    stream = args.stream if args.stream is not None else sys.stdout.isatty()
+    terminal = sys.stdout.isatty()
+    stream = args.stream if args.stream is not None else terminal
     with Spinner(f"{settings.provider.name}/{settings.model}") as spinner:
         if stream and not args.json:
             from nagent_stream import TextPrinter
 
             def write(piece):
                 spinner.stop()  # the answer and the spinner share the terminal
-                sys.stdout.write(piece)
+                sys.stdout.write(shown_on(piece, terminal))
                 sys.stdout.flush()
             printer = TextPrinter(write, lambda note: sys.stderr.write(f"note: {note}\n"))
             result = nagent_llm.generate_text(text, settings, on_text=printer.delta,
@@ -82,7 +84,8 @@ def main(argv=None):
     elif printer is not None:
         printer.finish(result.text)
     else:
-        sys.stdout.write(result.text if result.text.endswith("\n") else result.text + "\n")
+        text = shown_on(result.text, terminal)
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
     if truncated:
         sys.stdout.flush()
         sys.stderr.write("warning: the reply was cut off by the output limit (max_output_tokens); "

@@ -83,7 +83,8 @@ def run_command(args):
     if args.json:
         emit_json(outcome)
     else:
-        sys.stdout.write(outcome["text"])
+        from nagent_terminal_text import shown_on
+        sys.stdout.write(shown_on(outcome["text"], sys.stdout.isatty()))
     if outcome["is_error"]:
         failure = nagent_mcp.tool_failure(outcome)
         report_error(failure)

@@ -5,7 +5,8 @@ Data contract
 -------------
 * `choose_output(options, settings, stdout, stderr, environ) -> Output` (plain data): `events`
   (nagent_events.Events over the chosen sinks), `log` (ActionLog: provider, model, actions for
-  --json), `display` and `printer` (or None). The rules:
+  --json), `display` and `printer` (or None), and `shown(text)`: the answer as stdout may print
+  it (nagent_terminal_text.shown_on). The rules:
   - display (stderr): unless -q; when stderr is a terminal, or with -v. It animates a status
     line only on a terminal without NAGENT_NO_SPINNER, and colours only on a terminal when
     NO_COLOR is unset or empty and TERM is not "dumb";
@@ -20,14 +21,18 @@ Data contract
 """
 from nagent_cli import output_mode, spinner_allowed
 from nagent_events import ActionLog, Events, JsonLines
+from nagent_terminal_text import shown_on
 
 
 class Output:
     """The chosen sinks of one run (plain data)."""
 
-    def __init__(self, mode, events, log, display=None, printer=None):
+    def __init__(self, mode, events, log, display=None, printer=None, terminal=False):
         self.mode, self.events, self.log = mode, events, log
-        self.display, self.printer = display, printer
+        self.display, self.printer, self.terminal = display, printer, terminal
+
+    def shown(self, text):
+        return shown_on(text, self.terminal)
 
     @property
     def answered(self):
@@ -54,12 +59,12 @@ def choose_output(options, settings, stdout, stderr, environ):
                           pause_in_actions=settings.shell.approval == "confirm",
                           cursor=on_terminal and environ.get("TERM") != "dumb")
         sinks.append(display)
-    wanted = options.get("stream")
-    if mode == "text" and (_isatty(stdout) if wanted is None else wanted):
+    wanted, terminal = options.get("stream"), _isatty(stdout)
+    if mode == "text" and (terminal if wanted is None else wanted):
         from nagent_stream import AnswerPrinter, stream_allowed
         if stream_allowed(settings):
             def write(text):
-                stdout.write(text)
+                stdout.write(shown_on(text, terminal))
                 stdout.flush()
             printer = AnswerPrinter(write, display.note if display else None, display)
             sinks.append(printer)
@@ -68,7 +73,8 @@ def choose_output(options, settings, stdout, stderr, environ):
         sinks.append(JsonLines(stdout, deltas=stream_allowed(settings)))
     log = ActionLog(settings.provider.name, settings.model)
     sinks.append(log)
-    return Output(mode, Events(sinks, origin=options.get("started")), log, display, printer)
+    return Output(mode, Events(sinks, origin=options.get("started")), log, display, printer,
+                  terminal)
 
 
 def outcome_document(data, log):

@@ -18,6 +18,10 @@ Data contract (pure functions over str):
   the ends are stripped, each newline becomes `newline` (the live view passes " ⏎ "), tabs and
   other spaces (category Zs) become " ", runs of spaces collapse to one, every other unsafe
   character is escaped, and the result is cut to `limit` columns (None: no cap).
+- `for_terminal(text)` -> `escape(text, keep="\n\r\t")`: a model's answer or a tool's output
+  printed whole on a terminal keeps its lines and tabs, but cannot drive the terminal (OSC 52
+  clipboard writes, screen clears, bidi reversal). `shown_on(text, terminal)` is that on a
+  terminal and `text` as it is otherwise (a pipe gets the bytes the model or tool sent).
 - `cut(line, limit)` -> `line` cut to `limit` columns with "…" (wide characters count two,
   combining ones zero); `width(ch)` is that column count.
 """
@@ -43,6 +47,14 @@ def escape(text, keep=""):
     if text.isprintable():
         return text
     return "".join(escape_char(ch) if unsafe(ch) and ch not in keep else ch for ch in text)
+
+
+def for_terminal(text):
+    return escape(text, keep="\n\r\t")
+
+
+def shown_on(text, terminal):
+    return for_terminal(text) if terminal else text
 
 
 def _line_char(ch, newline):
