@@ -40,8 +40,10 @@ def elapsed_text(seconds):
 
 
 def count(value):
-    value = int(value or 0)
-    return str(value) if value < 1000 else f"{value / 1000:.1f}k"
+    # The live view's rule for token counts; imported here, since --status and --config load
+    # this module at start-up and only --ps prints counts.
+    from nagent_action_view import human_count
+    return human_count(int(value or 0))
 
 
 def _node(record, now):
