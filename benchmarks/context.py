@@ -19,7 +19,6 @@ import shutil
 import statistics
 import subprocess
 import sys
-import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.path.join(REPO, "bin")
@@ -29,7 +28,7 @@ sys.path.insert(0, HELPERS)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from base import clean_environ  # noqa: E402
-from bench_env import make_workspace  # noqa: E402
+from bench_env import make_workspace, median_ms  # noqa: E402
 
 TOOLS = [{"name": "nagent", "description": "main loop"}]
 
@@ -60,15 +59,6 @@ def make_repo(work, home, env):
     git("add", "-A")
     git("commit", "-q", "-m", "bench")
     return os.path.join(work, "pkg", "sub")
-
-
-def median_ms(fn, runs):
-    times = []
-    for _ in range(runs):
-        started = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - started) * 1000)
-    return statistics.median(times)
 
 
 def process_ms(argv, env, cwd, runs):

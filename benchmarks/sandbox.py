@@ -10,28 +10,16 @@ without it only the unsandboxed row is printed. Uses a temporary HOME and config
 import argparse
 import os
 import shutil
-import statistics
 import subprocess
 import sys
-import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "bin", "helpers"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from bench_env import make_workspace  # noqa: E402
+from bench_env import make_workspace, median_ms  # noqa: E402
 from nagent_sandbox import plan  # noqa: E402
 from nagent_shell import ShellPolicy, run_shell  # noqa: E402
-
-
-def median_ms(fn, runs):
-    fn()   # warm-up: page cache, first exec
-    times = []
-    for _ in range(runs):
-        started = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - started) * 1000)
-    return statistics.median(times)
 
 
 def main(argv=None):
