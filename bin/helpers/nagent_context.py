@@ -7,11 +7,13 @@ Data contract:
   names, nor anything of the project, so every request of that mode starts with the same bytes.
   `session` holds what varies, in this fixed order: the session facts (UTC date, cwd, user,
   host, OS, python, shell, how shell commands run when that is not the default: `shell`, from
-  `shell_facts`, TMPDIR, the project root and git branch: nagent_project), for
+  `shell_facts`, TMPDIR, the project root and git branch, or why a root was refused:
+  nagent_project.probe_project), for
   file-edit mode the target's facts, the context layers user, project, directory
   (nagent_context_layers), the skills list (nagent_skills), and the project's tools (described
   only when trusted: nagent_trust). `files` are the context files read ({"layer", "path",
-  "bytes", "cut"}); `warnings` lines for the user (project tools not run). `meta` is what the
+  "bytes", "cut"}); `warnings` lines for the user (a refused project root, project tools not
+  run). `meta` is what the
   conversation's meta record keeps.
 - `shell_facts(sandbox, network, writable, approval)` -> (key, value) facts: with the bwrap
   sandbox, whether the network is on and which trees are writable (the working directory, then
@@ -43,7 +45,7 @@ from dataclasses import dataclass
 from nagent_context_layers import load_layers, render_layers, user_layer
 from nagent_errors import InputError, UsageError
 from nagent_fs import sha256_file
-from nagent_project import GIT_TIMEOUT, find_project, git_command, git_environ, git_marker_dir
+from nagent_project import git_marker_dir, probe_project, run_git
 from nagent_terminal_text import escape
 from nagent_write_policy import temp_root_problem
 
@@ -213,7 +215,7 @@ def shell_facts(sandbox="none", network=False, writable=(), approval="auto"):
     return tuple(facts)
 
 
-def environment_facts(environ, cwd, now, project=None, shell=()):
+def environment_facts(environ, cwd, now, project=None, shell=(), refused=None):
     uname = os.uname()
     facts = [
         ("date (UTC)", _date(now)),
@@ -229,7 +231,8 @@ def environment_facts(environ, cwd, now, project=None, shell=()):
         problem = temp_root_problem(environ, cwd)
         facts.append(("TMPDIR", environ["TMPDIR"] + (f" ({problem})" if problem else "")))
     if project is None:
-        facts.append(("project root", "none (not inside a git work tree)"))
+        facts.append(("project root", f"none (refused: {refused})" if refused
+                      else "none (not inside a git work tree)"))
     else:
         facts += [("project root", project.root), ("git branch", project.branch)]
     return "Session facts:\n" + "\n".join(f"- {key}: {escape(value)}" for key, value in facts)
@@ -299,8 +302,8 @@ def project_tools_text(project, environ, secret_names=None):
 
 def session_parts(mode, environ, cwd, now, file_edit, options=None, shell=(), secret_names=None):
     """(session text, context files read, warnings for the user)."""
-    project = find_project(cwd, environ, secret_names)
-    parts = [environment_facts(environ, cwd, now, project, shell)]
+    project, refused = probe_project(cwd, environ, secret_names)
+    parts = [environment_facts(environ, cwd, now, project, shell, refused)]
     if mode == "file-edit":
         parts.append(target_facts(file_edit))
     layers = load_layers(cwd, environ, project, options)
@@ -309,7 +312,7 @@ def session_parts(mode, environ, cwd, now, file_edit, options=None, shell=(), se
     if getattr(options, "skills", True):
         from nagent_skills import find_skills, skills_text
         parts.append(skills_text(find_skills(environ, project.root if from_project else None)))
-    warnings = ()
+    warnings = (f"project root refused: {refused}",) if refused else ()
     if from_project:
         text, warnings = project_tools_text(project, environ, secret_names)
         parts.append(text)
@@ -354,21 +357,15 @@ def language_for(path):
 
 
 def git_history(path, environ=None, count=GIT_LOG_COUNT, secret_names=None):
-    """Last `count` commit subjects touching `path`; [] outside a work tree or on any failure."""
+    """Last `count` commit subjects touching `path`, from the repository whose `.git` holds it
+    (nagent_project.run_git: never one it carries); [] outside a work tree or on any failure."""
     real = os.path.realpath(path)
-    directory = os.path.dirname(real)
-    if git_marker_dir(directory) is None:
+    marker = git_marker_dir(os.path.dirname(real))
+    if marker is None:
         return []
-    import subprocess  # only targets inside a work tree pay for it
-    cmd = git_command(directory, "log", "-n", str(count), "--format=%s", "--no-show-signature",
-                      "--", real)
-    try:
-        proc = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True,
-                              timeout=GIT_TIMEOUT, env=git_environ(
-                                  os.environ if environ is None else environ, secret_names))
-    except (OSError, subprocess.SubprocessError):
-        return []
-    if proc.returncode != 0:
+    proc = run_git(marker, ("log", "-n", str(count), "--format=%s", "--no-show-signature", "--",
+                            real), environ, secret_names)
+    if proc is None or proc.returncode != 0:
         return []
     text = proc.stdout.decode("utf-8", "replace")
     return [line.strip() for line in text.splitlines() if line.strip()]

@@ -1,0 +1,111 @@
+"""Issue 21's escapes, each reproduced as the review found it (D1 project root, D7 trusted tools,
+D5 hook paths), plus the rules behind them: the project root is the directory that holds the
+`.git` nagent found, never what git prints; a trusted tool runs the bytes that were hashed; an
+action hook sees the path that will be opened."""
+import json
+import os
+import subprocess
+import sys
+
+from base import HermeticTestCase
+from project_fixture import ProjectFixture
+
+import nagent_project
+import nagent_trust
+from nagent_context import build_initial_context
+
+TOOLS = [{"name": "nagent-a", "description": "first tool"}]
+SECRET = "ID-RSA-PRIVATE-KEY-MATERIAL"
+
+
+class RootCase(ProjectFixture, HermeticTestCase):
+    def setUp(self):
+        super().setUp()
+        self.secret = self.write_file(os.path.join(self.home, ".ssh", "id_rsa"), SECRET + "\n")
+
+    def context(self, cwd):
+        return build_initial_context(environ=self.env, cwd=cwd, now=0, tools=TOOLS)
+
+    def embedded_bare_repo(self, directory):
+        """What a repository can commit: a directory git takes for a bare repository whose
+        work tree is `/`, with an AGENTS.md that includes the user's key."""
+        for sub in ("objects", "refs"):
+            os.makedirs(os.path.join(directory, sub), exist_ok=True)
+            self.write_file(os.path.join(directory, sub, ".keep"), "")
+        self.write_file(os.path.join(directory, "HEAD"), "ref: refs/heads/main\n")
+        self.write_file(os.path.join(directory, "config"),
+                        "[core]\n\trepositoryformatversion = 0\n\tbare = false\n\tworktree = /\n")
+        self.write_file(os.path.join(directory, "AGENTS.md"), f"see @{self.secret}\n")
+
+
+class ProjectRootEscapeTest(RootCase):
+    def test_an_embedded_bare_repository_cannot_make_the_root_slash(self):
+        # D1: the repository is cloned, and nagent runs inside the committed directory.
+        origin = os.path.join(self.tmp, "origin")
+        os.makedirs(origin)
+        self.init_git(origin)
+        self.embedded_bare_repo(os.path.join(origin, "evil"))
+        self.git("add", "-A", cwd=origin)
+        self.git("commit", "-q", "-m", "innocent", cwd=origin)
+        clone = os.path.join(self.tmp, "clone")
+        self.git("clone", "-q", origin, clone, cwd=self.tmp)
+        evil = os.path.join(clone, "evil")
+        project = nagent_project.find_project(evil, self.env)
+        self.assertIsNotNone(project)
+        self.assertEqual(project.root, clone)
+        ctx = self.context(evil)
+        self.assertNotIn(SECRET, ctx.session)
+        self.assertIn(f"- project root: {clone}\n", ctx.session)
+
+    def test_a_work_tree_git_names_elsewhere_is_refused_with_a_warning(self):
+        # D1, from inside the sandbox: `git config core.worktree /` plus an AGENTS.md.
+        self.init_git()
+        self.git("config", "core.worktree", "/")
+        self.write_file("AGENTS.md", f"see @{self.secret}\n")
+        found = nagent_project.probe_project(self.cwd, self.env)
+        self.assertIsNone(found.project)
+        self.assertIn("git names / as the work tree", found.refused)
+        self.assertIsNone(nagent_project.find_project(self.cwd, self.env))
+        ctx = self.context(self.cwd)
+        self.assertNotIn(SECRET, ctx.session)
+        self.assertIn("project root: none (refused:", ctx.session)
+        self.assertTrue(any("project root" in line for line in ctx.warnings), ctx.warnings)
+
+    def test_home_and_slash_are_never_a_project(self):
+        self.write_file(os.path.join(self.home, "AGENTS.md"), f"see @{self.secret}\n")
+        self.init_git(self.home)
+        found = nagent_project.probe_project(os.path.join(self.home, ".ssh"), self.env)
+        self.assertIsNone(found.project)
+        self.assertIn("home directory", found.refused)
+        self.assertNotIn(SECRET, self.context(self.home).session)
+        for top, marker in (("/", "/"), (self.tmp, self.home)):
+            self.assertTrue(nagent_project.root_problem(marker, top, self.home), (top, marker))
+        self.assertTrue(nagent_project.root_problem(self.tmp, self.tmp, self.home))  # above HOME
+        self.assertIsNone(nagent_project.root_problem(self.cwd, self.cwd, self.home))
+
+    def test_git_runs_without_discovering_bare_repositories_or_climbing_past_the_marker(self):
+        self.init_git()
+        nested = os.path.join(self.cwd, "pkg")
+        self.embedded_bare_repo(nested)
+        self.git("add", "-A")
+        self.git("commit", "-q", "-m", "outer history")
+        command = nagent_project.git_command(nested, "rev-parse", "--show-toplevel")
+        self.assertIn("safe.bareRepository=explicit", command)
+        env = nagent_project.git_environ(dict(self.env, GIT_DIR="/elsewhere",
+                                              GIT_WORK_TREE="/"), ceiling=self.cwd)
+        self.assertEqual(env["GIT_CEILING_DIRECTORIES"], os.path.dirname(self.cwd))
+        self.assertNotIn("GIT_DIR", env)
+        self.assertNotIn("GIT_WORK_TREE", env)
+        # The file-edit target's history comes from the project's repository, not the embedded one.
+        from nagent_context import git_history
+        self.assertEqual(git_history(os.path.join(nested, "AGENTS.md"), self.env), ["outer history"])
+
+    def test_trust_and_skills_use_the_validated_root(self):
+        self.init_git()
+        self.write_file(".nagent/skills/s/SKILL.md", "---\nname: s\ndescription: d\n---\n")
+        self.git("config", "core.worktree", "/")
+        proc = self.run_tool("nagent", "--trust")
+        self.assertCleanError(proc, 2, "refused")
+        self.assertFalse(os.path.exists(nagent_trust.trust_path(self.env)))
+        proc = self.run_tool("nagent", "--list-skills", "--json")
+        self.assertEqual(json.loads(proc.stdout)["project_root"], None, proc.stderr)
