@@ -109,3 +109,57 @@ class ProjectRootEscapeTest(RootCase):
         self.assertFalse(os.path.exists(nagent_trust.trust_path(self.env)))
         proc = self.run_tool("nagent", "--list-skills", "--json")
         self.assertEqual(json.loads(proc.stdout)["project_root"], None, proc.stderr)
+
+
+class TrustedToolSwapTest(RootCase):
+    """D7: a sandboxed command renames an evil copy over a trusted .nagent/bin tool while a
+    sibling builds its context outside the sandbox."""
+
+    def setUp(self):
+        super().setUp()
+        self.make_project()
+        self.project = nagent_project.find_project(self.cwd, self.env)
+        nagent_trust.trust_project(self.project, self.env)
+        self.evil_marker = os.path.join(self.tmp, "EVIL-RAN")
+        self.evil = self.write_file(os.path.join(self.tmp, "evil-tool"),
+                                    f'#!/bin/sh\ntouch "{self.evil_marker}"\necho evil tool\n')
+        os.chmod(self.evil, 0o755)
+        self.tool = os.path.join(self.cwd, ".nagent", "bin", "proj-tool")
+
+    def swap_after(self, function_name, module):
+        """Rename the evil copy over the tool right after `module.function_name` returns: the
+        sibling's timing, made deterministic."""
+        real = getattr(module, function_name)
+
+        def swapped(*args, **kwargs):
+            result = real(*args, **kwargs)
+            os.replace(self.evil, self.tool)
+            return result
+        setattr(module, function_name, swapped)
+        self.addCleanup(setattr, module, function_name, real)
+
+    def test_the_bytes_that_were_hashed_are_the_bytes_that_run(self):
+        self.swap_after("trust_status", nagent_trust)
+        ctx = self.context(self.cwd)
+        self.assertFalse(os.path.exists(self.evil_marker), "the evil copy ran outside the sandbox")
+        self.assertNotIn("evil tool", ctx.session)
+        self.assertIn("the project's own tool", ctx.session)   # the trusted bytes, from a copy
+        self.assertIn(f"{self.tool} — the project's own tool", ctx.session)
+
+    def test_a_swap_while_the_copy_is_made_runs_nothing(self):
+        # Trusted by a version that kept no copy: the copy is made from one read, and the bytes
+        # read must hash to what the user trusted.
+        import shutil
+        shutil.rmtree(nagent_trust.copies_dir(self.env))
+        self.swap_after("trust_status", nagent_trust)
+        ctx = self.context(self.cwd)
+        self.assertFalse(os.path.exists(self.evil_marker))
+        self.assertFalse(os.path.exists(self.marker))
+        self.assertIn("changed since the user trusted it", ctx.session)
+
+    def test_with_the_sandbox_on_no_project_tool_runs_outside_it(self):
+        ctx = build_initial_context(environ=self.env, cwd=self.cwd, now=0, tools=TOOLS,
+                                    sandbox="bwrap")
+        self.assertFalse(os.path.exists(self.marker))
+        self.assertIn(self.tool, ctx.session)
+        self.assertIn("not run: the shell sandbox is on", ctx.session)

@@ -11,7 +11,7 @@ Data contract:
   nagent_project.probe_project), for
   file-edit mode the target's facts, the context layers user, project, directory
   (nagent_context_layers), the skills list (nagent_skills), and the project's tools (described
-  only when trusted: nagent_trust). `files` are the context files read ({"layer", "path",
+  only when trusted, by running nagent's private copy of the trusted bytes: nagent_trust). `files` are the context files read ({"layer", "path",
   "bytes", "cut"}); `warnings` lines for the user (a refused project root, project tools not
   run). `meta` is what the
   conversation's meta record keeps.
@@ -20,7 +20,7 @@ Data contract:
   `writable`: the caller passes nagent_sandbox.writable_dirs but cwd); with approval confirm or
   deny, what that means. Nothing for no sandbox and approval auto.
 - `build_initial_context(mode, environ, cwd, now, tools, file_edit, mcp_servers, options, shell,
-  secret_names)` ->
+  secret_names, sandbox)` ->
   InitialContext. `tools` is discover_tools() output ([{name, description}]); None discovers
   with the default cache. `mcp_servers` are configured MCP server names: one sorted line each in
   `static` (names only, no tool fetch, so start-up stays fast and the prefix stable).
@@ -30,7 +30,8 @@ Data contract:
   `context.project` off leaves out everything read from the repository (project and
   directory layers, project skills, project tools); the git facts stay. `secret_names` are the
   session's key variable names (nagent_secrets.key_names), kept from every child it starts (git,
-  tools' --description runs); None reads them from the config.
+  tools' --description runs); None reads them from the config. `sandbox` is settings.shell.sandbox:
+  under "bwrap" no project tool runs outside the sandbox, not even with --description.
 - `create_initial_text(ctx)` -> "<initial_context>\n" + static + "\n" + session
   + "</initial_context>\n" (static first, so even the one-text form has a stable prefix).
 - `describe_file_target(path, environ, secret_names)` -> {target, size, sha256, language, git_log,
@@ -267,40 +268,55 @@ def target_facts(file_edit):
     return "\n".join(lines)
 
 
-def project_tools_text(project, environ, secret_names=None):
-    """(section text, warnings for the user) about <root>/.nagent/bin (see nagent_trust)."""
-    from nagent_trust import trust_status
+def _changed_tools(where, count):
+    return (f"Project tools: {where} changed since the user trusted it, so nagent neither ran "
+            f"nor described its {count} entries; only the user can trust them again, with "
+            "`nagent --trust` in the project."), (
+        f"project tools in {where} changed since you trusted them and were not run "
+        "(check them, then run `nagent --trust` in the project again)",)
+
+
+def project_tools_text(project, environ, secret_names=None, sandbox="none"):
+    """(section text, warnings for the user) about <root>/.nagent/bin (see nagent_trust). A
+    trusted tool's --description runs from nagent's private copy of the trusted bytes, never
+    from the project (whatever a command renames there meanwhile); under the shell sandbox not
+    at all, since the project's tools are the sandbox's to run."""
+    from nagent_trust import trust_status, trusted_copy
     status = trust_status(project, environ)
-    where = status.bin_dir
     if status.state == "none":
         return "", ()
+    where = escape(status.bin_dir)
+    if status.state == "trusted" and sandbox != "none":
+        lines = [f"Project tools (in {where}, trusted by the user with nagent --trust; not run: "
+                 "the shell sandbox is on, so nagent did not describe them; run one with "
+                 "--description by path through <nagent-shell> to learn what it does):"]
+        lines += [f"- {escape(os.path.join(status.bin_dir, name))}" for name in status.tools]
+        return "\n".join(lines), ()
     if status.state == "trusted":
+        copy = trusted_copy(project, status.hash, environ)
+        if copy is None:   # .nagent/bin changed between the check and the copy
+            return _changed_tools(where, len(status.tools))
         from nagent_discovery import default_cache_path, discover_tools
-        tools = discover_tools([where], default_cache_path(environ), environ=environ,
+        tools = discover_tools([copy], default_cache_path(environ), environ=environ,
                                secret_names=secret_names)
-        where = escape(where)
         lines = [f"Project tools (in {where}, trusted by the user with nagent --trust; run them "
                  "by path through <nagent-shell>):"]
-        lines += [f"- {escape(os.path.join(where, tool['name']))} — {tool['description']}"
+        lines += [f"- {escape(os.path.join(status.bin_dir, tool['name']))} — {tool['description']}"
                   for tool in tools]
         if not tools:
             lines.append("- (no executables)")
         return "\n".join(lines), ()
-    count, where = len(status.tools), escape(where)
     if status.state == "changed":
-        return (f"Project tools: {where} changed since the user trusted it, so nagent neither ran "
-                f"nor described its {count} entries; only the user can trust them again, with "
-                "`nagent --trust` in the project."), (
-            f"project tools in {where} changed since you trusted them and were not run "
-            "(check them, then run `nagent --trust` in the project again)",)
-    return (f"Project tools: {where} holds {count} entries that nagent neither ran nor described: "
-            "the user has not trusted this project's tools (only the user can, with "
+        return _changed_tools(where, len(status.tools))
+    return (f"Project tools: {where} holds {len(status.tools)} entries that nagent neither ran nor "
+            "described: the user has not trusted this project's tools (only the user can, with "
             "`nagent --trust` in the project)."), (
         f"project tools in {where} were not run: this project is not trusted "
         "(run `nagent --trust` in it to use them)",)
 
 
-def session_parts(mode, environ, cwd, now, file_edit, options=None, shell=(), secret_names=None):
+def session_parts(mode, environ, cwd, now, file_edit, options=None, shell=(), secret_names=None,
+                  sandbox="none"):
     """(session text, context files read, warnings for the user)."""
     project, refused = probe_project(cwd, environ, secret_names)
     parts = [environment_facts(environ, cwd, now, project, shell, refused)]
@@ -314,7 +330,8 @@ def session_parts(mode, environ, cwd, now, file_edit, options=None, shell=(), se
         parts.append(skills_text(find_skills(environ, project.root if from_project else None)))
     warnings = (f"project root refused: {refused}",) if refused else ()
     if from_project:
-        text, warnings = project_tools_text(project, environ, secret_names)
+        text, tool_warnings = project_tools_text(project, environ, secret_names, sandbox)
+        warnings += tool_warnings
         parts.append(text)
     files = tuple(item for layer in layers for item in layer.files)
     return "\n\n".join(part for part in parts if part) + "\n", files, warnings
@@ -327,7 +344,8 @@ def session_text(mode, environ, cwd, now, file_edit, options=None):
 # -- public API -------------------------------------------------------------------------------
 
 def build_initial_context(mode="main", environ=None, cwd=None, now=None, tools=None,
-                          file_edit=None, mcp_servers=(), options=None, shell=(), secret_names=None):
+                          file_edit=None, mcp_servers=(), options=None, shell=(), secret_names=None,
+                          sandbox="none"):
     if mode not in MODES:
         raise UsageError("unknown context mode", mode, "use main or file-edit")
     if mode == "file-edit" and not file_edit:
@@ -339,7 +357,7 @@ def build_initial_context(mode="main", environ=None, cwd=None, now=None, tools=N
         tools = discover_tools(default_bin_dirs(environ), default_cache_path(environ),
                                environ=environ, secret_names=secret_names)
     session, files, warnings = session_parts(mode, environ, cwd, now, file_edit, options, shell,
-                                             secret_names)
+                                             secret_names, sandbox)
     return InitialContext(static=static_text(mode, tools, mcp_servers), session=session,
                           files=files, warnings=warnings)
 
