@@ -163,3 +163,95 @@ class TrustedToolSwapTest(RootCase):
         self.assertFalse(os.path.exists(self.marker))
         self.assertIn(self.tool, ctx.session)
         self.assertIn("not run: the shell sandbox is on", ctx.session)
+
+
+POLICY = """import json, os, sys
+action = json.load(sys.stdin)
+with open(os.environ["POLICY_LOG"], "a") as log:
+    log.write(json.dumps(action) + "\\n")
+if action.get("resolved_path", "").startswith(os.environ["PROTECTED"] + "/"):
+    print("protected: " + action["resolved_path"])
+    sys.exit(2)
+swap = os.environ.get("SWAP_LINK")
+if swap:   # a racing process, between the hook's answer and the action's open
+    os.rename(swap + ".next", swap)
+"""
+
+
+class HookPathTest(HermeticTestCase):
+    """D5: a policy refusing reads under ~/secret allowed ~/secret/id_rsa through one symlink."""
+
+    def setUp(self):
+        super().setUp()
+        from nagent_actions import ActionContext
+        from nagent_config import resolve_settings
+        from nagent_shell import ShellPolicy
+        from nagent_write_policy import WriteMode
+        self.protected = os.path.join(self.home, "secret")
+        self.write_file(os.path.join(self.protected, "id_rsa"), SECRET + "\n")
+        self.log = os.path.join(self.tmp, "policy.log")
+        policy = self.write_file(os.path.join(self.tmp, "policy.py"), POLICY)
+        self.write_config({"hooks": {"action": f"{sys.executable} {policy}"}})
+        self.env.update(POLICY_LOG=self.log, PROTECTED=self.protected)
+        self.make_ctx = lambda: ActionContext(
+            cwd=self.cwd, environ=self.env, write_mode=WriteMode(), conversation="c",
+            side_dir=os.path.join(self.tmp, "side"), shell_policy=ShellPolicy(),
+            settings=resolve_settings(environ=self.env))
+
+    def act(self, text):
+        from nagent_actions import process_action
+        from nagent_protocol import parse_response
+        return process_action(parse_response(text).actions[0], self.make_ctx())
+
+    def payloads(self):
+        with open(self.log, encoding="utf-8") as handle:
+            return [json.loads(line) for line in handle]
+
+    def test_resolved_path_is_what_will_be_opened(self):
+        os.symlink(self.protected, os.path.join(self.cwd, "innocent-dir"))
+        outcome = self.act('<nagent-read path="innocent-dir/id_rsa"/>')
+        self.assertNotIn(SECRET, outcome.block)
+        self.assertIn('status="refused"', outcome.block)
+        payload = self.payloads()[0]
+        self.assertEqual(payload["path"], "innocent-dir/id_rsa")
+        self.assertEqual(payload["resolved_path"], os.path.join(self.protected, "id_rsa"))
+
+    def test_a_link_swapped_after_the_hook_allowed_a_read_changes_nothing_read(self):
+        self.write_file("harmless/id_rsa", "HARMLESS\n")
+        link = os.path.join(self.cwd, "innocent-dir")
+        os.symlink("harmless", link)
+        os.symlink(self.protected, link + ".next")
+        self.env["SWAP_LINK"] = link
+        outcome = self.act('<nagent-read path="innocent-dir/id_rsa"/>')
+        self.assertEqual(os.readlink(link), self.protected)   # the swap happened
+        self.assertNotIn(SECRET, outcome.block)
+        self.assertIn("HARMLESS", outcome.block)
+
+    def test_a_link_swapped_after_the_hook_allowed_a_write_is_refused(self):
+        # A policy stricter than the write boundary: TMPDIR/protected is off limits.
+        self.protected = os.path.join(self.tmpdir, "protected")
+        os.makedirs(self.protected)
+        os.makedirs(os.path.join(self.tmpdir, "ok"))
+        self.env["PROTECTED"] = self.protected
+        link = os.path.join(self.tmpdir, "dir")
+        os.symlink(os.path.join(self.tmpdir, "ok"), link)
+        os.symlink(self.protected, link + ".next")
+        self.env["SWAP_LINK"] = link
+        outcome = self.act(f'<nagent-write path="{link}/f.txt">payload</nagent-write>')
+        self.assertEqual(os.listdir(self.protected), [])
+        self.assertIn('status="error"', outcome.block)
+        self.assertIn("changed after the action hook", outcome.block)
+        self.assertEqual(self.payloads()[0]["resolved_path"], os.path.join(self.tmpdir, "ok", "f.txt"))
+
+    def test_a_patch_shows_the_hook_the_source_it_replaces(self):
+        # The index is what the model names; the source, from nagent's registry, is what is written.
+        source = self.write_file(os.path.join(self.tmpdir, "big.txt"),
+                                 "".join(f"line {n}\n" for n in range(12000)))
+        outcome = self.act(f'<nagent-file-read path="{source}"/>')
+        self.assertIn('split="true"', outcome.block)
+        index = next(line.split(": ", 1)[1] for line in outcome.block.splitlines()
+                     if line.startswith("index: "))
+        self.act(f'<nagent-file-patch index="{index}"/>')
+        payload = self.payloads()[-1]
+        self.assertEqual((payload["kind"], payload["resolved_path"], payload["source"]),
+                         ("file-patch", index, source))

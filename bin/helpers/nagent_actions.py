@@ -12,7 +12,9 @@ that registry grants for its target (`write_mode_now`).
 An action hook (settings.hooks.action, nagent_hooks.check_action) runs before each action but
 <nagent-next>: exit 0 lets the action run, exit 2 makes the result a refusal carrying the hook's
 output, anything else (a timeout, a crash) an error result; the action then does not run. The
-hook's run rides along in `ActionOutcome.hook` for the loop to record.
+hook's run rides along in `ActionOutcome.hook` for the loop to record. The hook is shown the
+file action's pinned target (nagent_action_targets: a read's file opened first, a write's
+resolved path, a patch's registered source) and the action uses that same target.
 Consecutive <nagent-agent> actions are one batch (`process_agents`): children run concurrently,
 at most `max_parallel` at once, and their outcomes come back in tag order. The processes, their
 timeouts and how they end are nagent_agents'; a child that timed out or was cut off still counts
@@ -21,11 +23,12 @@ its tokens (read from its conversation). `execute_agent` is a batch of one.
 import os
 from dataclasses import dataclass, field, replace
 
+from nagent_action_targets import action_path, pin_target, release
 from nagent_agents import child_name, run_children
 from nagent_errors import NagentError
 from nagent_file_split_lib import READ_SPLIT_THRESHOLD_BYTES
 from nagent_file_tools import (BINARY_SNIFF_BYTES, DEFAULT_MEMORY, DEFAULT_TIMEOUT, describe_split,
-                               looks_binary, patch_registered, split_for_read)
+                               patch_registered, split_for_read)
 from nagent_hooks import check_action
 from nagent_protocol_blocks import result_block
 
@@ -71,30 +74,26 @@ def error_text(error):
     return error.line()[len("Error: "):]
 
 
-def _resolve(path, ctx):
-    expanded = path if os.path.isabs(path) else os.path.join(ctx.cwd, path)
-    return os.path.normpath(expanded)
-
-
-def read_text_file(path, limit=READ_SPLIT_THRESHOLD_BYTES):
-    """(text, None) or (None, error message) for an inline read."""
-    if "\x00" in path:
-        return None, "path contains a NUL byte"
-    if not os.path.exists(path):
-        return None, "file not found"
-    if os.path.isdir(path):
-        return None, "is a directory"
-    if not os.path.isfile(path):
-        return None, "not a regular file"
+def read_target(target, path, limit=READ_SPLIT_THRESHOLD_BYTES):
+    """(text, None) or (None, error message) for an inline read of a pinned target
+    (nagent_action_targets): read from its descriptor, never from `path` (shown in hints)."""
+    if target.problem:
+        return None, target.problem
     try:
-        size = os.path.getsize(path)
+        size = os.fstat(target.fd).st_size
         if limit is not None and size > limit:
-            if looks_binary(path):
+            if b"\x00" in os.pread(target.fd, BINARY_SNIFF_BYTES, 0):
                 return None, "binary file (contains NUL bytes); not shown"
             return None, (f"file is {size} bytes, over the {limit}-byte inline limit; use "
                           f'<nagent-file-read path="{path}"/> to split it into segments')
-        with open(path, "rb") as handle:
-            data = handle.read(limit + 1 if limit is not None else -1)
+        parts, offset, want = [], 0, (limit + 1 if limit is not None else size + 1)
+        while offset < want:
+            part = os.pread(target.fd, want - offset, offset)
+            if not part:
+                break
+            parts.append(part)
+            offset += len(part)
+        data = b"".join(parts)
     except OSError as error:
         return None, f"cannot read: {error.strerror}"
     if b"\x00" in data[:BINARY_SNIFF_BYTES]:
@@ -105,10 +104,19 @@ def read_text_file(path, limit=READ_SPLIT_THRESHOLD_BYTES):
         return None, "not UTF-8 text; not shown"
 
 
-def execute_read(action, ctx):
+def _pinned(action, ctx, target):
+    """(target, owned): the target process_action pinned before the hook, or one pinned now."""
+    return (target, False) if target is not None else (pin_target(action, ctx), True)
+
+
+def execute_read(action, ctx, target=None):
     raw = action.attr("path", "")
-    path = _resolve(raw, ctx)
-    text, problem = read_text_file(path)
+    target, owned = _pinned(action, ctx, target)
+    try:
+        text, problem = read_target(target, action_path(raw, ctx))
+    finally:
+        if owned:
+            release(target)
     if problem:
         return error_block("nagent-read-result", problem, {"path": raw})
     return ActionOutcome(result_block("nagent-read-result", text, {"path": raw,
@@ -121,29 +129,36 @@ def ensure_split(path, ctx):
     return outcome.index_path, outcome.index, outcome.reused
 
 
-def execute_file_read(action, ctx):
+def execute_file_read(action, ctx, target=None):
     raw = action.attr("path", "")
-    path = _resolve(raw, ctx)
-    if "\x00" not in path and os.path.isfile(path) and os.path.getsize(path) > READ_SPLIT_THRESHOLD_BYTES:
-        try:
-            outcome = split_for_read(path, ctx)
-        except NagentError as error:
-            return error_block("nagent-file-read-result", error_text(error), {"path": raw})
-        except OSError as error:
-            return error_block("nagent-file-read-result", f"cannot split: {error.strerror}", {"path": raw})
-        return ActionOutcome(result_block("nagent-file-read-result", describe_split(outcome),
-                                          {"path": raw, "split": "true"}))
-    text, problem = read_text_file(path)
+    path = action_path(raw, ctx)
+    target, owned = _pinned(action, ctx, target)
+    try:
+        if not target.problem and os.fstat(target.fd).st_size > READ_SPLIT_THRESHOLD_BYTES:
+            try:
+                outcome = split_for_read(path, ctx, fd=target.fd)
+            except NagentError as error:
+                return error_block("nagent-file-read-result", error_text(error), {"path": raw})
+            except OSError as error:
+                return error_block("nagent-file-read-result", f"cannot split: {error.strerror}",
+                                   {"path": raw})
+            return ActionOutcome(result_block("nagent-file-read-result", describe_split(outcome),
+                                              {"path": raw, "split": "true"}))
+        text, problem = read_target(target, path)
+    finally:
+        if owned:
+            release(target)
     if problem:
         return error_block("nagent-file-read-result", problem, {"path": raw})
     return ActionOutcome(result_block("nagent-file-read-result", text,
                                       {"path": raw, "bytes": str(len(text.encode()))}))
 
 
-def execute_file_patch(action, ctx):
+def execute_file_patch(action, ctx, target=None):
     raw = action.attr("index", "")
     try:
-        outcome = patch_registered(_resolve(raw, ctx), ctx, shown=raw)
+        outcome = patch_registered(action_path(raw, ctx), ctx, shown=raw,
+                                   expect_source=target.source if target is not None else None)
     except NagentError as error:
         return error_block("nagent-file-patch-result", error_text(error), {"index": raw})
     if outcome.get("status") == "applied" and outcome.get("source"):
@@ -178,12 +193,12 @@ def write_mode_now(ctx):
     return replace(mode, segments=registry_lib.granted_segments(registry, mode.target, mode.target_id))
 
 
-def execute_write(action, ctx):
+def execute_write(action, ctx, target=None):
     from nagent_write_policy import write_file_atomic
     raw = action.attr("path", "")
     try:
         written = write_file_atomic(raw, action.body.encode("utf-8"), write_mode_now(ctx), ctx.cwd,
-                                    ctx.environ)
+                                    ctx.environ, expected=target.real if target is not None else None)
     except NagentError as error:
         return error_block("nagent-write-result", error_text(error), {"path": raw})
     refresh_target_id(written["path"], ctx)
@@ -314,17 +329,20 @@ def process_action(action, ctx):
     handler = HANDLERS.get(action.kind)
     if handler is None:
         return error_block("system", f"no handler for <nagent-{action.kind}>")
-    hook = check_action(action, ctx)  # the action hook, when one is configured
-    if hook is not None:
-        if hook.status() != "accepted":
-            return hook_refusal(action, hook)
-        return replace(_dispatch(handler, action, ctx), hook=hook)
-    return _dispatch(handler, action, ctx)
-
-
-def _dispatch(handler, action, ctx):
+    target = pin_target(action, ctx)   # what the hook is shown is what the action uses
     try:
-        return handler(action, ctx)
+        hook = check_action(action, ctx, target)  # the action hook, when one is configured
+        if hook is not None and hook.status() != "accepted":
+            return hook_refusal(action, hook)
+        outcome = _dispatch(handler, action, ctx, target)
+        return outcome if hook is None else replace(outcome, hook=hook)
+    finally:
+        release(target)
+
+
+def _dispatch(handler, action, ctx, target):
+    try:
+        return handler(action, ctx) if target is None else handler(action, ctx, target)
     except NagentError as error:
         return error_block(f"nagent-{action.kind}-result", error_text(error))
     except OSError as error:

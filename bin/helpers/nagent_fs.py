@@ -11,7 +11,8 @@ Data contract:
 - `write_unique(base, data, mode=0o600) -> path` writes a NEW file at `base`, or `base-2`,
   `base-3`, ... when taken (atomically, exclusively); InputError after 9999 names.
 - `existing_mode(path, default)`: the permission bits of `path`, or `default` if it is missing.
-- `sha256_bytes(data) -> hex`, `sha256_file(path) -> hex` (read in 1 MiB chunks; OSError raised).
+- `sha256_bytes(data) -> hex`, `sha256_file(path) -> hex`, `sha256_fd(fd) -> hex` (read in 1 MiB
+  chunks; OSError raised).
 - `regular_file_stat(path, directory=(what, fix)) -> (realpath, os.stat_result)` of a path that
   resolves to a regular file; else InputError naming `path` as given: "file not found",
   "cannot read file", `what`/`fix` for a directory, "not a regular file".
@@ -25,6 +26,9 @@ Data contract:
   file; None for anything else (a symlink is not followed, a FIFO never blocks) or when it
   cannot be read. For small state files other processes of the user can plant (run files, inbox
   messages).
+- `opened_path(fd) -> str | None`: the path of the file an open descriptor holds, as the kernel
+  names it now (/proc/self/fd: links and ".." resolved); None without /proc. The one way nagent
+  learns what it actually opened, to check the object it holds instead of a path looked up twice.
 Only cheap stdlib is imported at module level; hashlib loads on the first digest.
 """
 import errno
@@ -133,9 +137,28 @@ def read_regular(path, limit):
         os.close(fd)
 
 
+def opened_path(fd):
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return None
+
+
 def sha256_bytes(data):
     import hashlib
     return hashlib.sha256(data).hexdigest()
+
+
+def sha256_fd(fd):
+    """sha256 of everything an open regular file holds, read with pread (the offset stays)."""
+    import hashlib
+    digest, offset = hashlib.sha256(), 0
+    while True:
+        chunk = os.pread(fd, _CHUNK, offset)
+        if not chunk:
+            return digest.hexdigest()
+        digest.update(chunk)
+        offset += len(chunk)
 
 
 def sha256_file(path):

@@ -25,11 +25,14 @@ Data contract:
   delegated run, or the hook accepted); else a Gate(stop): the hook refused, its output went
   back to the model as a <system> note, and `stop` is a GateRefused once `max_gate_refusals`
   refusals were counted in this run (`run.gate_refusals`), else None (the loop continues).
-- `action_payload(action, ctx)` -> the JSON object an action hook reads on stdin: kind, mode
-  (the session's write mode: main or file-edit), cwd, conversation, and per kind `path` (and
-  `resolved_path`) for read, file-read, write and file-patch (its index), `content` for write,
-  `command` for shell, `task` for agent. `check_action(action, ctx)` -> HookRun, or None when no
-  action hook is configured or the action is a <nagent-next>.
+- `action_payload(action, ctx, target=None)` -> the JSON object an action hook reads on stdin:
+  kind, mode (the session's write mode: main or file-edit), cwd, conversation, and per kind
+  `path` as the model wrote it and `resolved_path` for read, file-read, write and file-patch (its
+  index): the pinned target's real path (nagent_action_targets: the file a read opened before
+  the hook, the path a write replaces), which the action then uses; a file-patch of a split
+  nagent made also has `source`, the file the patch replaces. `content` for write, `command`
+  for shell, `task` for agent. `check_action(action, ctx, target=None)` -> HookRun, or None when
+  no action hook is configured or the action is a <nagent-next>.
 """
 from collections import namedtuple
 
@@ -179,14 +182,17 @@ def gate_response(run, text):
 
 # -- the action hook --------------------------------------------------------------------------
 
-def action_payload(action, ctx):
+def action_payload(action, ctx, target=None):
     import os
     payload = {"kind": action.kind, "mode": getattr(ctx.write_mode, "kind", "main"),
                "cwd": ctx.cwd, "conversation": ctx.conversation}
     raw = action.attr("index" if action.kind == "file-patch" else "path")
     if action.kind in ("read", "file-read", "write", "file-patch"):
         payload["path"] = raw or ""
-        payload["resolved_path"] = os.path.normpath(os.path.join(ctx.cwd, raw or ""))
+        payload["resolved_path"] = (target.real if target is not None
+                                    else os.path.realpath(os.path.join(ctx.cwd, raw or "")))
+        if target is not None and target.source:
+            payload["source"] = target.source
     if action.kind == "write":
         payload["content"] = action.body
     elif action.kind == "shell":
@@ -196,11 +202,11 @@ def action_payload(action, ctx):
     return payload
 
 
-def check_action(action, ctx):
+def check_action(action, ctx, target=None):
     import json
     settings = ctx.settings
     if settings is None or not settings.hooks.action or action.kind not in HOOKED_ACTIONS:
         return None
-    return run_hook(settings.hooks.action, json.dumps(action_payload(action, ctx)), ctx.cwd,
+    return run_hook(settings.hooks.action, json.dumps(action_payload(action, ctx, target)), ctx.cwd,
                     ctx.environ, settings.hooks.timeout, "action",
                     {"NAGENT_CONVERSATION": ctx.conversation}, ctx.secret_names)

@@ -25,7 +25,11 @@ Data contract:
   path itself (another link would alias a file we were not asked to write).
 - `validate_patch_source(source, mode, environ, cwd)` -> same rules for the file a split patch
   will replace (main: temp roots; file-edit: the target or temp, never a segment).
-- `write_file_atomic(path, data, mode, cwd, environ)` -> {path, bytes, created}. It validates, then
+- `resolve_write_target(path, cwd)` -> the resolved absolute path a write of `path` checks and
+  replaces (what an action hook is shown as resolved_path).
+- `write_file_atomic(path, data, mode, cwd, environ, expected=None)` -> {path, bytes, created}.
+  With `expected` (the path an action hook allowed) it refuses when the path resolves to anything
+  else by now. It validates, then
   walks from "/" with O_DIRECTORY|O_NOFOLLOW directory fds (creating missing parents 0700 only inside
   a temp root), re-checks the opened parent's real path, re-checks the final entry through the dir
   fd, writes a temp file in that directory, fsyncs, keeps the old permission bits, and os.replace()s
@@ -38,7 +42,7 @@ import stat
 from dataclasses import dataclass
 
 from nagent_errors import ConfigError, InputError, RefusedError
-from nagent_fs import file_id
+from nagent_fs import file_id, opened_path
 from nagent_paths import home_dir, in_nagent_state, within, within_any
 
 FIXED_TEMP_ROOTS = ("/tmp", "/var/tmp")
@@ -210,6 +214,14 @@ def _resolve(path, cwd):
     return final
 
 
+def resolve_write_target(path, cwd):
+    """The absolute path a write of `path` would check and replace: its directory resolved
+    (links, ".."), its last component as written (a link there is refused, never followed).
+    RefusedError for a path no write accepts (empty, control characters, too long)."""
+    _check_syntax(path)
+    return _resolve(path, cwd)
+
+
 def validate_write_path(path: str, mode: WriteMode, cwd: str, environ=None) -> str:
     _check_syntax(path)
     final = _resolve(path, cwd)
@@ -234,16 +246,9 @@ def validate_patch_source(source: str, mode: WriteMode, environ=None, cwd=None) 
 
 # -- the writer ------------------------------------------------------------------------------
 
-def _opened_path(fd):
-    try:
-        return os.readlink(f"/proc/self/fd/{fd}")
-    except OSError:
-        return None
-
-
 def _check_opened(fd, expected):
     """The directory we hold must still be the one we validated (defeats swaps during the walk)."""
-    actual = _opened_path(fd)
+    actual = opened_path(fd)
     if actual is None:  # no /proc: fall back to comparing identities
         try:
             same = os.path.samestat(os.fstat(fd), os.stat(expected))
@@ -331,8 +336,12 @@ def _write_validated(final, data, mode, environ=None, cwd=None) -> dict:
         os.close(dir_fd)
 
 
-def write_file_atomic(path: str, data: bytes, mode: WriteMode, cwd: str, environ=None) -> dict:
+def write_file_atomic(path: str, data: bytes, mode: WriteMode, cwd: str, environ=None,
+                      expected=None) -> dict:
     if isinstance(data, str):
         data = data.encode("utf-8")
     final = validate_write_path(path, mode, cwd, environ)
+    if expected is not None and final != expected:
+        raise _refuse(path, f"the path changed after the action hook allowed it (it allowed "
+                            f"{_shown(expected)}, the path now resolves to {_shown(final)})")
     return _write_validated(final, bytes(data), mode, environ, cwd)
