@@ -1,0 +1,67 @@
+"""Issue 21's wrong results, each reproduced first: a conversation replaced during a run (D2),
+driver framing forged by data (D4), disk full while shell output is redacted (D3), and a run
+file that makes any live pid a nagent (D6)."""
+import glob
+import os
+
+from test_loop import NagentRunCase
+
+import nagent_conversation
+from nagent_conversation import ConversationWriter, read_records
+
+
+class ReplacedConversationTest(NagentRunCase):
+    """D2: `sed -i` or an editor's save-by-rename replaces the conversation while a run appends."""
+
+    def replace_file(self, path, old, new):
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read()
+        with open(path + ".sed", "w", encoding="utf-8") as handle:
+            handle.write(text.replace(old, new))
+        os.replace(path + ".sed", path)
+
+    def test_the_writer_follows_a_replaced_file_and_keeps_the_old_one(self):
+        path = self.named_path("conv")
+        os.makedirs(self.conversations)
+        with ConversationWriter(path) as writer:
+            writer.append("prompt", "first prompt")
+            self.replace_file(path, "first prompt", "edited prompt")
+            writer.append("prompt", "second prompt")
+            self.assertEqual(len(writer.records()), 3)
+        records = read_records(path)
+        self.assertEqual([r.kind for r in records], ["prompt", "system", "prompt"])
+        self.assertEqual(records[0].body, "edited prompt")
+        self.assertIn("replaced during this run", records[1].body)
+        self.assertEqual(records[2].body, "second prompt")
+        kept = glob.glob(os.path.join(nagent_conversation.state_dir(path), "replaced-*"))
+        self.assertEqual(len(kept), 1)
+        self.assertIn(kept[0], records[1].body)
+        self.assertEqual(read_records(kept[0])[0].body, "first prompt")
+
+    def test_a_removed_file_stops_the_writer_with_a_clear_error(self):
+        path = self.named_path("conv")
+        os.makedirs(self.conversations)
+        with ConversationWriter(path) as writer:
+            writer.append("prompt", "first prompt")
+            os.unlink(path)
+            with self.assertRaises(nagent_conversation.InputError) as caught:
+                writer.append("prompt", "into the void")
+        self.assertIn("removed during the run", str(caught.exception.what))
+        kept = glob.glob(os.path.join(nagent_conversation.state_dir(path), "replaced-*"))
+        self.assertEqual([r.body for r in read_records(kept[0])], ["first prompt"])
+        self.assertFalse(os.path.exists(path))   # never re-created behind the user's back
+
+    def test_sed_in_place_during_a_run_loses_nothing(self):
+        path = self.default_path()
+        self.fake.reply(f"<nagent-shell>sed -i 's/marker-word/MARKER-WORD/' '{path}'; echo done"
+                        "</nagent-shell>")
+        self.fake.reply("<nagent-response>finished</nagent-response>")
+        proc = self.nagent("say marker-word")
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        records = self.records(path)
+        self.assertEqual(records[[r.kind for r in records].index("prompt")].body, "say MARKER-WORD")
+        self.assertTrue(any(r.kind == "result" and "done" in r.body for r in records))
+        self.assertTrue(any(r.kind == "system" and "replaced during this run" in r.body
+                            for r in records))
+        status = self.nagent("--status", "--json")
+        self.assertEqual(self.json_of(status)["model_calls"], 2, status.stdout)
