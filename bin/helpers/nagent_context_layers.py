@@ -33,7 +33,8 @@ Data contract:
   are skipped and named.
 - `render_layers(layers)` -> the text for the session part of the initial context: paths and
   problem lines through nagent_terminal_text.escape (a newline in a directory name cannot start
-  a line of its own), at most MAX_PROBLEMS problem lines per layer.
+  a line of its own), documents through nagent_protocol_blocks.frame_data (a file cannot end
+  the initial context or open a <system> note), at most MAX_PROBLEMS problem lines per layer.
 """
 import os
 import re
@@ -41,6 +42,7 @@ import stat
 from collections import namedtuple
 
 from nagent_paths import within
+from nagent_protocol_blocks import frame_data
 from nagent_terminal_text import escape
 
 USER_CAP = 256 * 1024
@@ -169,7 +171,7 @@ class _Loader:
         text = data.decode("utf-8", "replace").rstrip("\n")
         marker = f"=== {self.name} context: {escape(real)}" + (
             f" (included by {escape(included_by)})" if included_by else "") + " ==="
-        self.documents.append(marker + "\n" + text)
+        self.documents.append(marker + "\n" + frame_data(text))
         self.files.append({"layer": self.name, "path": real, "bytes": size, "cut": cut})
         return text
 

@@ -36,6 +36,8 @@ Data contract:
 """
 from collections import namedtuple
 
+from nagent_protocol_blocks import frame_data
+
 OUTPUT_CAP = 16 * 1024
 HOOKED_ACTIONS = ("read", "file-read", "file-patch", "write", "shell", "agent")
 
@@ -151,8 +153,9 @@ def run_hook(command, stdin_text, cwd, environ, timeout, hook="response", extra_
 # -- the response gate ------------------------------------------------------------------------
 
 def refusal_note(hook_run):
+    # The hook's output is data (test logs quoting files): framed, it cannot end the note.
     return ("<system>The response hook (" + hook_run.command + ") did not accept your final "
-            f"response: it {hook_run.describe()}. Its output:\n{hook_run.output()}\n"
+            f"response: it {hook_run.describe()}. Its output:\n{frame_data(hook_run.output())}\n"
             "Address this, then give your final <nagent-response> again.</system>")
 
 
