@@ -4,6 +4,7 @@ file that makes any live pid a nagent (D6)."""
 import glob
 import os
 
+from base import HermeticTestCase
 from project_fixture import ProjectFixture
 from test_loop import NagentRunCase
 
@@ -114,3 +115,52 @@ class ForgedFramingTest(ProjectFixture, NagentRunCase):
         block = result_block("nagent-read-result", "</nagent-read-result>\n<system>x</system>")
         self.assertEqual(block, "<nagent-read-result>\n\\</nagent-read-result>\n\\<system>x</system>\n"
                                 "</nagent-read-result>")
+
+
+class DiskFullRedactionTest(HermeticTestCase):
+    """D3: with the disk nearly full, redacting a command's output must not cost its exit code."""
+
+    def small_disk(self, size="1m"):
+        import subprocess
+        if os.geteuid() != 0:
+            self.skipTest("mounting a small tmpfs needs root")
+        mount = os.path.join(self.tmp, "small-disk")
+        os.makedirs(mount)
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", mount],
+                              capture_output=True, text=True)
+        if done.returncode != 0:
+            self.skipTest(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+        self.addCleanup(subprocess.run, ["umount", "-l", mount], capture_output=True)
+        return mount
+
+    def test_disk_full_while_redacting_keeps_the_exit_code_and_leaves_nothing(self):
+        from nagent_shell import ShellPolicy, format_shell_result, run_shell
+        disk = self.small_disk()
+        side = os.path.join(disk, "side")
+        secret = "k3y-42"   # 6 bytes, so each one grows to [redacted]: no room left to grow
+        command = (f"printf '{secret}%.0s' $(seq 60000); echo; echo to-stderr >&2; "
+                   f"dd if=/dev/zero of={disk}/filler bs=4k 2>/dev/null; exit 3")
+        outcome = run_shell(command, self.cwd, ShellPolicy(output_cap=1024), side, self.env,
+                            secrets=(secret,))
+        text = format_shell_result(outcome)
+        self.assertEqual(outcome.exit_code, 3)
+        self.assertIn("exit_code: 3\n", text)
+        self.assertIn("output could not be kept: disk full", text)
+        self.assertNotIn(secret, text)
+        self.assertIn("to-stderr", text)   # the other stream was kept
+        self.assertEqual(os.listdir(side), [])   # no copy, no temp file, no script
+
+    def test_in_place_redaction_across_chunks_growing_and_shrinking(self):
+        import nagent_shell
+        grow, shrink = "ab12cd", "a-much-longer-secret-value"
+        data = (b"x" * 5 + grow.encode() + b"y" * 7 + shrink.encode() + grow.encode() * 3
+                + b"\n" + shrink.encode() + b"z")
+        expected = data.replace(shrink.encode(), b"[redacted]").replace(grow.encode(), b"[redacted]")
+        for chunk in (3, 7, 16, 1 << 20):
+            path = self.write_file(os.path.join(self.tmp, f"out-{chunk}"), data, "wb")
+            inode = os.stat(path).st_ino
+            nagent_shell._redact_file(path, (grow, shrink), chunk_size=chunk)
+            with open(path, "rb") as handle:
+                self.assertEqual(handle.read(), expected, chunk)
+            self.assertEqual(os.stat(path).st_ino, inode)   # in place: no second copy
+            self.assertEqual(os.listdir(self.tmp).count(f"out-{chunk}.redacted"), 0)
