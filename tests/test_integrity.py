@@ -164,3 +164,41 @@ class DiskFullRedactionTest(HermeticTestCase):
                 self.assertEqual(handle.read(), expected, chunk)
             self.assertEqual(os.stat(path).st_ino, inode)   # in place: no second copy
             self.assertEqual(os.listdir(self.tmp).count(f"out-{chunk}.redacted"), 0)
+
+
+class StaleRunFileTest(HermeticTestCase):
+    """D6: a run file with `start_ticks: null` made any live pid a nagent for --ps and --send."""
+
+    def test_a_pid_is_a_running_nagent_only_with_its_start_time_and_its_lock(self):
+        import json
+        import subprocess
+        import nagent_inbox
+        import nagent_instances
+        from nagent_conversation_lock import conversation_lock
+        from nagent_pids import start_ticks
+        sleeper = subprocess.Popen(["sleep", "60"])
+        self.addCleanup(sleeper.wait)
+        self.addCleanup(sleeper.kill)
+        conversation = self.write_file(os.path.join(self.home, ".nagent", "conversations", "conv"), "")
+        path = nagent_instances.run_file_path(sleeper.pid, self.env)
+
+        def plant(ticks):
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "w", encoding="utf-8") as handle:
+                json.dump({"version": 1, "pid": sleeper.pid, "start_ticks": ticks, "started_at": 0,
+                           "conversation": conversation, "action": "model call 1"}, handle)
+
+        for ticks in (None, start_ticks(sleeper.pid)):   # no start time; the lock is free
+            plant(ticks)
+            listing = self.run_tool("nagent", "--ps", "--json")
+            self.assertEqual(json.loads(listing.stdout), {"instances": []}, ticks)
+            sent = self.run_tool("nagent", "--send", str(sleeper.pid), "hello")
+            self.assertNotEqual(sent.returncode, 0, sent.stdout)
+            self.assertEqual(nagent_inbox.waiting(conversation), 0)
+            self.assertFalse(os.path.exists(path))   # stale: removed on the way
+        plant(start_ticks(sleeper.pid))
+        with conversation_lock(conversation):
+            listing = json.loads(self.run_tool("nagent", "--ps", "--json").stdout)
+            self.assertEqual([item["pid"] for item in listing["instances"]], [sleeper.pid])
+            sent = self.run_tool("nagent", "--send", str(sleeper.pid), "hello")
+            self.assertIn(f"sent to pid {sleeper.pid}", sent.stdout, sent.stderr)
