@@ -111,6 +111,32 @@ class ProjectRootEscapeTest(RootCase):
         self.assertEqual(json.loads(proc.stdout)["project_root"], None, proc.stderr)
 
 
+class ContextFileSwapTest(RootCase):
+    """Class 1 at another site: an @include checked inside the project, then a directory on its
+    way swapped for a link to ~/.ssh before it is read."""
+
+    def test_a_directory_swapped_after_the_check_is_not_followed(self):
+        import nagent_context_layers as layers
+        self.init_git()
+        self.write_file("docs/id_rsa", "HARMLESS\n")
+        self.write_file("AGENTS.md", "see @docs/id_rsa\n")
+        docs = os.path.join(self.cwd, "docs")
+        real_resolve = layers._Loader.resolve
+
+        def resolve_then_swap(loader, path, shown, where=""):
+            real = real_resolve(loader, path, shown, where)
+            if real and real.endswith("id_rsa") and not os.path.islink(docs):
+                os.rename(docs, docs + ".moved")
+                os.symlink(os.path.dirname(self.secret), docs)
+            return real
+        layers._Loader.resolve = resolve_then_swap
+        self.addCleanup(setattr, layers._Loader, "resolve", real_resolve)
+        session = self.context(self.cwd).session
+        self.assertTrue(os.path.islink(docs))
+        self.assertNotIn(SECRET, session)
+        self.assertIn("changed while being opened", session)
+
+
 class TrustedToolSwapTest(RootCase):
     """D7: a sandboxed command renames an evil copy over a trusted .nagent/bin tool while a
     sibling builds its context outside the sandbox."""

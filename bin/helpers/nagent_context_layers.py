@@ -41,6 +41,7 @@ import re
 import stat
 from collections import namedtuple
 
+from nagent_fs import opened_path
 from nagent_paths import within
 from nagent_protocol_blocks import frame_data
 from nagent_terminal_text import escape
@@ -89,7 +90,8 @@ def include_targets(text):
 
 
 def read_regular(path, limit):
-    """(data of at most `limit` bytes, size on disk) of a regular file, or (None, problem)."""
+    """(data of at most `limit` bytes, size on disk) of the regular file at the resolved `path`,
+    or (None, problem): the file opened must be the one `path` named when it was checked."""
     try:
         # Callers pass resolved paths: a link swapped in afterwards is refused, not followed.
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -99,6 +101,9 @@ def read_regular(path, limit):
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             return None, "not a regular file"
+        if opened_path(fd) not in (None, path):
+            # A directory on the way was swapped for a link after the path was checked.
+            return None, "changed while being opened (a link on the way), not read"
         chunks, left = [], min(limit, info.st_size)
         while left > 0:
             chunk = os.read(fd, min(left, 1 << 20))

@@ -17,7 +17,7 @@ limit):
   more than MAX_OUTPUT bytes raise NagentError("<name> failed: ...").
 - `split_for_read(path, ctx, fd=None) -> SplitOutcome(index_path, index, reused, notes)`: with
   `fd`, the file that descriptor holds is the source (its path from /proc, its hash from the
-  descriptor), and a split whose bytes hash to anything else is an error. Reuses the
+  descriptor); a split whose bytes hash to anything but the checked file is an error. Reuses the
   newest split nagent made of this source when the source still has the recorded sha256, the
   split's directory is still private and inside a temp root, and its index.json and every
   segment still match the record; otherwise splits
@@ -249,7 +249,7 @@ def _retire(registry, entries):
     return tuple(notes)
 
 
-def _new_split(registry, real, source_id, ctx, expect_sha256=None):
+def _new_split(registry, real, source_id, ctx, expect_sha256):
     root = registry_lib.ensure_root(registry, scratch_root(ctx.environ, ctx.cwd),
                                     temp_roots(ctx.environ, ctx.cwd))
     directory = registry_lib.new_split_dir(root, real)
@@ -258,8 +258,10 @@ def _new_split(registry, real, source_id, ctx, expect_sha256=None):
         if data.get("source") != real or not isinstance(data.get("segments"), list):
             raise NagentError("nagent-file-split failed: its result does not describe the file",
                               str(data.get("source")))
-        if expect_sha256 is not None and data.get("source_sha256") != expect_sha256:
-            # The tool opens the path itself: what it split must be the file nagent holds open.
+        if data.get("source_sha256") != expect_sha256:
+            # The tool opens the path itself: what it split must be the file nagent checked
+            # (and, for an action, holds open), or the registry would pair one file's id and
+            # another's bytes.
             raise InputError("the file changed while nagent split it", real, "read it again")
         index_path = os.path.join(directory, INDEX_NAME)
         names = [seg.get("file") if isinstance(seg, dict) else None for seg in data["segments"]]
@@ -284,7 +286,7 @@ def split_for_read(path, ctx, fd=None):
             registry_lib.save(state_dir, registry)
         return SplitOutcome(entry["index"], load_index(entry["index"]), True)
     try:
-        entry, index = _new_split(registry, real, source_id, ctx, digest if fd is not None else None)
+        entry, index = _new_split(registry, real, source_id, ctx, digest)
     finally:
         registry_lib.save(state_dir, registry)   # a new private root is recorded even on failure
     notes = _retire(registry, earlier)
