@@ -281,3 +281,30 @@ class HookPathTest(HermeticTestCase):
         payload = self.payloads()[-1]
         self.assertEqual((payload["kind"], payload["resolved_path"], payload["source"]),
                          ("file-patch", index, source))
+
+
+class PatchSwapTest(HermeticTestCase):
+    """Adversarial pass: a directory on the way to a patch's source swapped for a link (to a
+    copy of the source elsewhere, so every hash still matches) while nagent-file-patch runs."""
+
+    def test_the_patch_never_writes_through_a_link_swapped_in(self):
+        from nagent_errors import RefusedError
+        from nagent_file_patch_lib import patch_from_index
+        from nagent_file_split_lib import split_file
+        text = "".join(f"line {n}\n" for n in range(5000))
+        source = self.write_file(os.path.join(self.tmpdir, "d", "f.txt"), text)
+        split = split_file(source, os.path.join(self.tmpdir, "split"))
+        first = os.path.join(self.tmpdir, "split", split["segments"][0]["file"])
+        with open(first, "a", encoding="utf-8") as handle:
+            handle.write("EDITED\n")
+        victim = self.write_file(os.path.join(self.home, "victim", "f.txt"), text)
+        folder = os.path.dirname(source)
+
+        def swap(_source):
+            os.rename(folder, folder + ".moved")
+            os.symlink(os.path.dirname(victim), folder)
+        with self.assertRaises(RefusedError) as caught:
+            patch_from_index(os.path.join(self.tmpdir, "split"), authorize=swap)
+        with open(victim, encoding="utf-8") as handle:
+            self.assertEqual(handle.read(), text)   # nothing written outside
+        self.assertIn("link", str(caught.exception.line()))

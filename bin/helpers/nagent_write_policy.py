@@ -42,7 +42,7 @@ import stat
 from dataclasses import dataclass
 
 from nagent_errors import ConfigError, InputError, RefusedError
-from nagent_fs import file_id, opened_path
+from nagent_fs import file_id, open_dir_nofollow, opened_path, write_in_dir
 from nagent_paths import home_dir, in_nagent_state, within, within_any
 
 FIXED_TEMP_ROOTS = ("/tmp", "/var/tmp")
@@ -262,39 +262,23 @@ def _check_opened(fd, expected):
 
 def _open_parent(parent, roots, environ):
     """Open `parent` (a resolved absolute path) component by component without following links."""
-    fd = os.open("/", _DIR_FLAGS)
-    current = "/"
+    def may_create(child):
+        return within_any(child, roots) and not in_nagent_state(child, environ)
     try:
-        for part in [p for p in parent.split("/") if p]:
-            child = os.path.join(current, part)
-            try:
-                next_fd = os.open(part, _DIR_FLAGS, dir_fd=fd)
-            except FileNotFoundError:
-                if not within_any(child, roots) or in_nagent_state(child, environ):
-                    raise _refuse(child, "parent directory does not exist (created only inside temp)")
-                try:
-                    os.mkdir(part, 0o700, dir_fd=fd)
-                except FileExistsError:
-                    pass
-                next_fd = os.open(part, _DIR_FLAGS, dir_fd=fd)
-            except OSError as error:
-                reason = "a path component is a symlink or not a directory" \
-                    if error.errno in (errno.ELOOP, errno.ENOTDIR) else f"cannot open directory: {error.strerror}"
-                raise _refuse(child, reason) from None
-            os.close(fd)
-            fd, current = next_fd, child
+        fd = open_dir_nofollow(parent, make=may_create)
+    except FileNotFoundError as error:
+        raise _refuse(error.filename or parent,
+                      "parent directory does not exist (created only inside temp)") from None
+    except OSError as error:
+        reason = "a path component is a symlink or not a directory" \
+            if error.errno in (errno.ELOOP, errno.ENOTDIR) else f"cannot open directory: {error.strerror}"
+        raise _refuse(error.filename or parent, reason) from None
+    try:
         _check_opened(fd, parent)
-        return fd
     except BaseException:
         os.close(fd)
         raise
-
-
-def _write_all(fd, data):
-    view = memoryview(data)
-    while view:
-        written = os.write(fd, view)
-        view = view[written:]
+    return fd
 
 
 def _write_validated(final, data, mode, environ=None, cwd=None) -> dict:
@@ -305,34 +289,16 @@ def _write_validated(final, data, mode, environ=None, cwd=None) -> dict:
         dir_fd = _open_parent(parent, roots, environ)
     except OSError as error:
         raise InputError("write failed", _shown(final), error.strerror) from None
-    temp_name = None
     try:
         st = _lstat(name, dir_fd=dir_fd)
         reason = _authorize(final, st, mode, roots, environ, allow_segments=True)
         if reason:
             raise _refuse(final, reason)
-        temp_name = f".nagent-{os.urandom(8).hex()}.tmp"
-        fd = os.open(temp_name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                     0o666, dir_fd=dir_fd)
-        try:
-            if st is not None:
-                os.fchmod(fd, stat.S_IMODE(st.st_mode) & 0o777)
-            _write_all(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(temp_name, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-        temp_name = None
-        os.fsync(dir_fd)
+        write_in_dir(dir_fd, name, data, None if st is None else stat.S_IMODE(st.st_mode) & 0o777)
         return {"path": final, "bytes": len(data), "created": st is None}
     except OSError as error:
         raise InputError("write failed", _shown(final), error.strerror) from None
     finally:
-        if temp_name is not None:
-            try:
-                os.unlink(temp_name, dir_fd=dir_fd)
-            except OSError:
-                pass
         os.close(dir_fd)
 
 
