@@ -53,6 +53,26 @@ class ReplacedConversationTest(NagentRunCase):
         self.assertEqual([r.body for r in read_records(kept[0])], ["first prompt"])
         self.assertFalse(os.path.exists(path))   # never re-created behind the user's back
 
+    def test_a_lock_file_removed_under_a_run_is_taken_again_or_the_run_stops(self):
+        # Class 5 at the lock: the flock lives on an inode; `rm -rf NAME.d` let a second run lock
+        # a new file and append while the first kept appending.
+        import shutil
+        path = self.named_path("conv")
+        os.makedirs(self.conversations)
+        first = ConversationWriter(path)
+        self.addCleanup(first.close)
+        first.append("prompt", "one")
+        shutil.rmtree(nagent_conversation.state_dir(path))
+        first.append("prompt", "two")   # no one else holds it: the lock is taken again
+        self.assertTrue(nagent_conversation.is_busy(path))
+        shutil.rmtree(nagent_conversation.state_dir(path))
+        second = ConversationWriter(path, lock_timeout=0)
+        self.addCleanup(second.close)
+        second.append("prompt", "from the second run")
+        with self.assertRaises(nagent_conversation.BusyError):
+            first.append("prompt", "interleaved")
+        self.assertEqual([r.body for r in read_records(path)], ["one", "two", "from the second run"])
+
     def test_sed_in_place_during_a_run_loses_nothing(self):
         path = self.default_path()
         self.fake.reply(f"<nagent-shell>sed -i 's/marker-word/MARKER-WORD/' '{path}'; echo done"

@@ -27,6 +27,9 @@ Data contract
   kept copy before the record asked for; when it names nothing, InputError ("conversation file
   was removed during the run"), for this and every later append. Nothing is ever written into
   an unlinked file.
+* The lock is checked the same way before each append: when `NAME.d/lock` no longer names the
+  file whose flock the writer holds (the state dir was removed), the writer takes the lock at
+  the path again (BusyError, nothing appended, when another run holds it by then).
 """
 import os
 
@@ -37,10 +40,10 @@ from nagent_conversation_format import (BAD_HEADER_FIX, FOOTER, HEADER_MARK, KIN
 from nagent_conversation_layout import (adopt_legacy_checkpoint, lock_path, replaced_path,  # noqa: F401
                                         state_dir, torn_path)
 from nagent_conversation_lock import (BUSY_FIX, acquire_lock, conversation_lock,  # noqa: F401
-                                      release_lock)
+                                      is_busy, release_lock)
 from nagent_conversation_tail import (header_at, iter_header_offsets, last_seq,  # noqa: F401
                                       last_stats, read_tail_summary, tail_state, window_chain)
-from nagent_errors import InputError
+from nagent_errors import BusyError, InputError
 from nagent_fs import write_unique
 
 
@@ -137,6 +140,20 @@ class ConversationWriter:
         self.close()
         return False
 
+    def _keep_lock(self):
+        """The flock is held on an inode: when `NAME.d/lock` no longer names it (a removed state
+        dir), take the lock at the path again, or stop: another run may hold the new one."""
+        try:
+            named = os.stat(lock_path(self.path))
+            held = os.fstat(self._lock_fd)
+            if (named.st_dev, named.st_ino) == (held.st_dev, held.st_ino):
+                return
+        except OSError:
+            pass
+        fresh = acquire_lock(self.path, 0)   # BusyError when another run took it meanwhile
+        old, self._lock_fd = self._lock_fd, fresh
+        release_lock(old)
+
     def _still_named(self):
         """True while `path` names the file this writer holds."""
         try:
@@ -169,6 +186,7 @@ class ConversationWriter:
         """Append one record with a single os.write; returns it as a reader would see it."""
         if self._fd is None:
             raise ValueError("conversation writer is closed")
+        self._keep_lock()
         if self._removed is not None or not self._still_named():
             self._follow_replacement()
         time = utc_now()
