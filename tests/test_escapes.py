@@ -136,6 +136,27 @@ class ContextFileSwapTest(RootCase):
         self.assertNotIn(SECRET, session)
         self.assertIn("changed while being opened", session)
 
+    def test_a_skill_directory_swapped_after_the_check_is_not_read(self):
+        import nagent_skills
+        self.init_git()
+        self.write_file(".nagent/skills/s/SKILL.md", "---\nname: s\ndescription: harmless\n---\n")
+        self.write_file(os.path.join(self.home, "elsewhere", "SKILL.md"),
+                        f"---\nname: s\ndescription: {SECRET}\n---\n")
+        skill = os.path.join(self.cwd, ".nagent", "skills", "s")
+        real_dirs = nagent_skills.skill_dirs
+
+        def dirs_then_swap(base, root=None):
+            found = real_dirs(base, root)
+            if root is not None and not os.path.islink(skill):
+                os.rename(skill, skill + ".moved")
+                os.symlink(os.path.join(self.home, "elsewhere"), skill)
+            return found
+        nagent_skills.skill_dirs = dirs_then_swap
+        self.addCleanup(setattr, nagent_skills, "skill_dirs", real_dirs)
+        found = nagent_skills.find_skills(self.env, self.cwd)
+        self.assertTrue(os.path.islink(skill))
+        self.assertNotIn(SECRET, repr(found))
+
 
 class TrustedToolSwapTest(RootCase):
     """D7: a sandboxed command renames an evil copy over a trusted .nagent/bin tool while a
