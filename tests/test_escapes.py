@@ -100,6 +100,17 @@ class ProjectRootEscapeTest(RootCase):
         from nagent_context import git_history
         self.assertEqual(git_history(os.path.join(nested, "AGENTS.md"), self.env), ["outer history"])
 
+    def test_a_git_in_the_repository_is_never_run_through_a_relative_path_entry(self):
+        # PATH with "." (or an empty entry): a clone that ships an executable called `git`.
+        self.init_git()
+        marker = os.path.join(self.tmp, "FAKE-GIT-RAN")
+        fake = self.write_file("git", f'#!/bin/sh\ntouch "{marker}"\n')
+        os.chmod(fake, 0o755)
+        env = dict(self.env, PATH="." + os.pathsep + os.pathsep + self.env["PATH"])
+        project = nagent_project.find_project(self.cwd, env)
+        self.assertFalse(os.path.exists(marker))
+        self.assertEqual(project.root, self.cwd)
+
     def test_trust_and_skills_use_the_validated_root(self):
         self.init_git()
         self.write_file(".nagent/skills/s/SKILL.md", "---\nname: s\ndescription: d\n---\n")

@@ -27,14 +27,15 @@ Data contract:
 - `run_git(marker, args, environ, secret_names)` -> CompletedProcess (bytes) or None: the one way
   nagent runs git on a project: `git_command` (no pager, no fsmonitor hook, no bare repository
   discovery) in M, `git_environ` (nagent_secrets.scrubbed_env over
-  nagent_config.child_key_names, no prompt, no pager, no optional locks, the ceiling above M),
-  stdin closed, GIT_TIMEOUT seconds.
+  nagent_config.child_key_names, no prompt, no pager, no optional locks, the ceiling above M,
+  PATH without relative entries), stdin closed, GIT_TIMEOUT seconds; git itself is looked up in
+  the absolute PATH entries only (nagent_paths.find_program: a clone's own `git` never runs).
 """
 import os
 from collections import namedtuple
 
 from nagent_config import child_key_names
-from nagent_paths import within
+from nagent_paths import absolute_path_value, find_program, within
 from nagent_secrets import scrubbed_env
 
 GIT_TIMEOUT = 2.0
@@ -64,23 +65,27 @@ def git_environ(environ, secret_names=None, ceiling=None):
     env = scrubbed_env(environ, child_key_names(environ, secret_names))
     for name in DISCOVERY_VARIABLES:
         env.pop(name, None)
-    env.update(GIT_TERMINAL_PROMPT="0", GIT_PAGER="cat", GIT_OPTIONAL_LOCKS="0")
+    env.update(GIT_TERMINAL_PROMPT="0", GIT_PAGER="cat", GIT_OPTIONAL_LOCKS="0",
+               PATH=absolute_path_value(env.get("PATH")))
     if ceiling:
         env["GIT_CEILING_DIRECTORIES"] = os.path.dirname(ceiling)
     return env
 
 
-def git_command(directory, *args):
+def git_command(directory, *args, git="git"):
     # The repository may be untrusted: no pager, no fsmonitor hook, no bare repository it carries.
-    return ["git", "--no-pager", "-c", "core.fsmonitor=false", "-c", "safe.bareRepository=explicit",
+    return [git, "--no-pager", "-c", "core.fsmonitor=false", "-c", "safe.bareRepository=explicit",
             "-C", directory, *args]
 
 
 def run_git(marker, args, environ=None, secret_names=None):
     environ = os.environ if environ is None else environ
+    git = find_program("git", environ.get("PATH", os.defpath))
+    if git is None:
+        return None
     import subprocess  # only a directory inside a repository pays for it
     try:
-        return subprocess.run(git_command(marker, *args), stdin=subprocess.DEVNULL,
+        return subprocess.run(git_command(marker, *args, git=git), stdin=subprocess.DEVNULL,
                               capture_output=True, timeout=GIT_TIMEOUT,
                               env=git_environ(environ, secret_names, ceiling=marker))
     except (OSError, subprocess.SubprocessError):
