@@ -1,10 +1,11 @@
 """Issue 21's escapes, each reproduced as the review found it (D1 project root, D7 trusted tools,
 D5 hook paths), plus the rules behind them: the project root is the directory that holds the
 `.git` nagent found, never what git prints; a trusted tool runs the bytes that were hashed; an
-action hook sees the path that will be opened."""
+action hook sees the path that will be opened. And the same classes found at other sites by the
+adversarial pass: a context file or skill read through a directory swapped after its check, a
+patch written through a link swapped in while it ran, a clone's `git` run through "." in PATH."""
 import json
 import os
-import subprocess
 import sys
 
 from base import HermeticTestCase

@@ -10,6 +10,7 @@ from test_loop import NagentRunCase
 
 import nagent_conversation
 from nagent_conversation import ConversationWriter, read_records
+from nagent_errors import BusyError, InputError
 
 
 class ReplacedConversationTest(NagentRunCase):
@@ -46,7 +47,7 @@ class ReplacedConversationTest(NagentRunCase):
         with ConversationWriter(path) as writer:
             writer.append("prompt", "first prompt")
             os.unlink(path)
-            with self.assertRaises(nagent_conversation.InputError) as caught:
+            with self.assertRaises(InputError) as caught:
                 writer.append("prompt", "into the void")
         self.assertIn("removed during the run", str(caught.exception.what))
         kept = glob.glob(os.path.join(nagent_conversation.state_dir(path), "replaced-*"))
@@ -69,7 +70,7 @@ class ReplacedConversationTest(NagentRunCase):
         second = ConversationWriter(path, lock_timeout=0)
         self.addCleanup(second.close)
         second.append("prompt", "from the second run")
-        with self.assertRaises(nagent_conversation.BusyError):
+        with self.assertRaises(BusyError):
             first.append("prompt", "interleaved")
         self.assertEqual([r.body for r in read_records(path)], ["one", "two", "from the second run"])
 

@@ -43,7 +43,7 @@ from nagent_conversation_lock import (BUSY_FIX, acquire_lock, conversation_lock,
                                       is_busy, release_lock)
 from nagent_conversation_tail import (header_at, iter_header_offsets, last_seq,  # noqa: F401
                                       last_stats, read_tail_summary, tail_state, window_chain)
-from nagent_errors import BusyError, InputError
+from nagent_errors import InputError
 from nagent_fs import write_unique
 
 
@@ -168,8 +168,6 @@ class ConversationWriter:
         path and say so in it, or stop."""
         if self._removed is not None:
             raise self._removed
-        if self._still_named():
-            return
         kept = write_unique(replaced_path(self.path, utc_stamp()),
                             _read_fully(self._fd, os.fstat(self._fd).st_size))
         if not os.path.exists(self.path):

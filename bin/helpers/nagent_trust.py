@@ -49,6 +49,7 @@ import time
 from collections import namedtuple
 
 from nagent_errors import InputError
+from nagent_fs import atomic_write
 from nagent_paths import nagent_home, within
 
 TRUST_VERSION = 1
@@ -237,7 +238,6 @@ def _prune_copies(projects, environ):
 
 def trust_project(project, environ=None):
     import fcntl
-    from nagent_fs import atomic_write
     directory = project_bin(project.root)
     home = nagent_home(environ)
     os.makedirs(home, mode=0o700, exist_ok=True)
