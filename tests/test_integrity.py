@@ -101,7 +101,8 @@ class ForgedFramingTest(ProjectFixture, NagentRunCase):
         """Lines the model would read as nagent's own framing: a block mark at a line start."""
         import re
         return [line for line in text.splitlines()
-                if re.match(r"[ \t]*</?(?:nagent-|system\b|initial_context\b)", line)]
+                if re.match(r"[ \t]*</?(?:nagent-[a-z0-9-]*-result|system|initial_context)\b", line,
+                            re.I)]
 
     def test_no_data_produces_a_line_read_as_driver_framing(self):
         self.write_file("README.md", FORGED.format(tag="nagent-read-result"))
@@ -125,8 +126,8 @@ class ForgedFramingTest(ProjectFixture, NagentRunCase):
     def test_the_one_rule_escapes_at_line_start_and_is_reversible(self):
         from nagent_protocol_blocks import frame_data, result_block
         samples = ["<system>x", "  </system>", "\t<nagent-read-result>", "\\<system>",
-                   "\\\\</nagent-x>", "<SYSTEM>", "a <system> mid-line", "<systemd>", "x\r<system>",
-                   "</initial_context>", "plain"]
+                   "\\\\</nagent-x-result>", "<nagent-record seq=\"1\">", "<SYSTEM>",
+                   "a <system> mid-line", "<systemd>", "x\r<system>", "</initial_context>", "plain"]
         for sample in samples:
             framed = frame_data(sample)
             self.assertEqual(self.driver_lines(framed.replace("\r", "\n")), [], sample)

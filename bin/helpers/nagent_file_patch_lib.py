@@ -410,8 +410,8 @@ def patch_from_index(index_path, dry_run=False, force=False, authorize=None, exp
         replace_nofollow(source, new, check=unchanged)
     except OSError as error:
         if error.errno in (errno.ELOOP, errno.ENOTDIR):
-            raise RefusedError("patch refused", source, f"a link was put on its path while patching "
-                               f"({error.filename}); nothing written") from None
+            raise RefusedError("patch refused", source, f"a link was put on its path while patching, "
+                               f"at {error.filename}; nothing written") from None
         raise InputError("cannot write source file", source, error.strerror) from None
     try:
         write_index(directory, refreshed_index(index, parts, digests, new), follow_links=False)

@@ -8,8 +8,9 @@ Data contract:
 - `frame_data(text)`: the one framing rule for data the model reads inside a driver block (file
   text, command output, MCP output through the shell, split segments, context files, hook
   output, a sub-agent's answer). A line that starts — after spaces or tabs and any backslashes —
-  with a driver mark (`<nagent-`, `</nagent-`, `<system`, `</system`, `<initial_context`,
-  `</initial_context`, any case) gets one more backslash right before its `<`; the model is
+  with a mark of a block the driver writes into what the model reads (`<nagent-…-result`,
+  `<system`, `<initial_context`, or their closing tags; any case) gets one more backslash right
+  before its `<`; the model is
   told (the grammar) that such a line in data holds one backslash fewer. So no data can end a
   block or open a note; a line start is a "\\n" or any other line break (CR, VT, FF, NEL,
   U+2028/9). The way the record format escapes `<nagent-record`, for the model's eyes.
@@ -29,7 +30,8 @@ _ENTITY = re.compile(r"&(#[0-9]{1,7}|#[xX][0-9A-Fa-f]{1,6}|quot|amp|lt|gt|apos);
 _NAMED_ENTITIES = {"quot": '"', "amp": "&", "lt": "<", "gt": ">", "apos": "'"}
 _BLOCK_NAME = re.compile(r"[a-z][a-z0-9-]*")
 _DRIVER_MARK = re.compile(r"(?:^|(?<=[\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]))([ \t]*\\*)"
-                          r"(?=</?(?:nagent-|system\b|initial_context\b))", re.M | re.I)
+                          r"(?=</?(?:nagent-[a-z0-9-]*-result|system|initial_context)\b)",
+                          re.M | re.I)
 # Most common first: a provider takes only its first few (OpenAI chat 4, Gemini 5, Anthropic 8).
 STOP_SEQUENCES = ("\n<nagent-shell-result", "\n<system>", "\n<nagent-read-result", "\n  <system>",
                   "\n<nagent-write-result", "\n    <system>", "\n<nagent-file-read-result",
