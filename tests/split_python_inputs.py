@@ -9,6 +9,10 @@ Data contract: every function returns a list of (name, bytes), deterministic for
   invalid tokens, unterminated and four-quote strings, stray closing brackets, bad dedents, and
   files that are not Python at all.
 - `soups(seed, count)`: random sequences of Python fragments (mostly not valid Python).
+- `modules(seed, count)`: random modules of well-formed logical lines that use every shape the
+  fast reading accepts (nested brackets over lines with comments, blank lines and
+  continuations inside, strings of every kind with escapes, quotes and newlines, decorators,
+  closers, tabs and form feeds, CRLF, a BOM, no final newline), now and then one bad dedent.
 - `mutants(bases, seed, count)`: each a (name, bytes) base with a few random fragment
   insertions, deletions, line-ending or indentation changes.
 """
@@ -64,6 +68,7 @@ def edge_cases():
         "close_open.py": "x = f(1,\n  2) + g(3,\n  4)\ndef f():\n    pass\nx) + (y\nz = 1\n",
         "unterminated.py": "x = 'abc\ndef f():\n    pass\ny = \"a\n",
         "unterminated_triple.py": "def f():\n    s = '''never closed\n" + "text\n" * 50,
+        "unclosed_triple_quote_pair.py": "x = '''a'\ny = 1\n",
         "four_quotes.py": "x = '''a''''\ny = 1\nz = ''''''\n",
         "escapes.py": "a = '\\\\'\nb = '\\''\nc = '''\\''''\nd = \"\"\"x\\\n\"\"\"\ne = '''a\\\\\n'''\n",
         "continued_string.py": "x = 'abc\\\ndef'\ny = \"q\\\r\nr\"\nz = 1\n",
@@ -136,3 +141,101 @@ def mutants(bases, seed, count):
         name, text = rng.choice(decoded)
         out.append((f"{name}~{number}", _mutate(text, rng).encode("utf-8")))
     return out
+
+
+_WORDS = ("def", "class", "if", "else", "elif", "except", "finally", "x", "_y1", "return",
+          "elsewhere", "rb", "f", "lambda", "await")
+_CODE = (" = ", " + ", ", ", ".attr", "1.5", " @ ", ": ", " $ ", "!", "\u00e9", "\t", " ", "x",
+         ";", " lambda: 0", "...", "\x0c", "\x0b")
+
+
+def _string(rng, newline):
+    q = rng.choice("'\"")
+    prefix = rng.choice(("", "", "r", "b", "f", "rb", "F", "u"))
+    pieces = ("a", " ", "#", "(", "]", "\\" + q, "\\\\", "\\n", "{x}")
+    if rng.random() < 0.35:
+        body = ""
+        for _ in range(rng.randint(0, 8)):
+            body += rng.choice(pieces + (newline, newline + newline, q, q + q + "x",
+                                         "\\" + newline, "\\" + q * 3, " # '" + newline))
+        if body.endswith(q) or body.endswith("\\"):
+            body += " "
+        return prefix + q * 3 + body + q * 3
+    lines = ["".join(rng.choice(pieces) for _ in range(rng.randint(0, 6)))
+             for _ in range(1 if rng.random() < 0.8 else rng.randint(2, 4))]
+    return prefix + q + ("\\" + newline).join(lines) + q  # continued by backslashes
+
+
+def _body(rng, depth, newline):
+    out = []
+    for _ in range(rng.randint(0, 5)):
+        roll = rng.random()
+        if roll < 0.35:
+            out.append(rng.choice(_CODE))
+        elif roll < 0.55:
+            out.append(_string(rng, newline))
+        elif roll < 0.8 and depth < 30:
+            out.append(_group(rng, depth + 1, newline))
+        elif roll < 0.85 and depth == 0:
+            out.append(" \\" + newline + rng.choice(("", "    ", "\t")))
+        else:
+            out.append(rng.choice(_WORDS))
+    return "".join(out)
+
+
+def _group(rng, depth, newline):
+    inside = []
+    for _ in range(rng.randint(0, 4)):
+        roll = rng.random()
+        if roll < 0.5:
+            inside.append(_body(rng, depth, newline))
+        elif roll < 0.7:
+            inside.append(newline + rng.choice(("", "  ", "\t", "\x0c")))
+        elif roll < 0.8:
+            inside.append("  # " + rng.choice(("c", "it's", "\\", "(", '"')) + newline)
+        elif roll < 0.9:
+            inside.append(newline + newline)
+        else:
+            inside.append("\\" + newline)
+    return rng.choice("([{") + "".join(inside) + rng.choice(")]}")
+
+
+def _module(rng):
+    newline = rng.choice(("\n", "\n", "\r\n"))
+    indents, lines = [""], []
+    for _ in range(rng.randint(1, 60)):
+        roll = rng.random()
+        if roll < 0.2:
+            indents.append(indents[-1] + rng.choice(("    ", "  ", "\t", " \t", "    ", "  ")))
+        elif roll < 0.4 and len(indents) > 1:
+            del indents[rng.randint(1, len(indents) - 1):]
+        elif roll < 0.41:
+            indents.append(indents[-1][:-1] if indents[-1] else " ")  # a bad dedent
+        indent = indents[-1] if rng.random() < 0.98 else "\x0c" + indents[-1]
+        roll = rng.random()
+        if roll < 0.1:
+            lines.append(rng.choice(("", "   ", "\t", "\x0c")) + newline)
+            continue
+        if roll < 0.2:
+            lines.append(rng.choice((indent, "", "  ")) + "# " +
+                         rng.choice(("note", "it's", "x = (", "\\")) + newline)
+            continue
+        first = rng.choice(_WORDS + ("@", "@", "(", "[", "{", "1", "$", "\u00e9", "'s'", "...",
+                                     "\x00", "\x1c", "\u00a0", "\u3000", "str", "str"))
+        if first in ("(", "[", "{"):
+            first = _group(rng, 1, newline)
+        elif first == "str":
+            first = _string(rng, newline)
+        ending = rng.choice(("", "", "  # done", "  # '(' \\"))
+        lines.append(indent + first + " " + _body(rng, 0, newline) + ending + newline)
+    text = "".join(lines)
+    if rng.random() < 0.15:
+        text = text.rstrip("\r\n")
+    if rng.random() < 0.1:
+        text = "\ufeff" + text
+    return text
+
+
+def modules(seed, count):
+    rng = random.Random(seed)
+    return [(f"module{number}.py", _module(rng).encode("utf-8")) for number in range(count)]

@@ -9,8 +9,9 @@ offsets of line starts in ascending order:
                      pulled in (comments, decorators, attributes, #if lines): pull[i] <= pos[i]
   masks              [start, end) ranges of multi-line tokens and statements: a line start s
                      with start < s < end lies inside one (`masked(s)`), a poor place to cut
-Nesting comes from the linear lexers (nagent_split_lexers) and, for Python, from tokenize
-(nagent_split_python). Memory: a few bytes per candidate line, never a dict or tuple per line.
+Nesting comes from the linear lexers (nagent_split_lexers) and, for Python, from tokenize's
+reading (nagent_split_python). Memory: a few bytes per candidate line, never a dict or tuple per
+line.
 """
 import heapq
 import re
