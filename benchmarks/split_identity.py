@@ -81,8 +81,9 @@ def generated_inputs():
     for module in ("textwrap", "tokenize", "dataclasses", "argparse"):
         with open(os.path.join(os.path.dirname(os.__file__), module + ".py"), "rb") as handle:
             bases.append((module + ".py", handle.read()))
-    return (gen.edge_cases() + gen.soups(11, 3000) + gen.mutants(bases, 12, 1500)
-            + bases)
+    modules = gen.modules(13, 3000)
+    return (gen.edge_cases() + gen.soups(11, 3000) + gen.mutants(bases, 12, 1500) + bases
+            + modules + gen.mutants(modules[:300], 14, 3000))
 
 
 def inputs(extra, generated_only):
@@ -103,16 +104,17 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     mode = parser.add_mutually_exclusive_group(required=True)
     mode.add_argument("--record", metavar="FILE")
-    mode.add_argument("--check", metavar="FILE")
+    mode.add_argument("--check", metavar="FILE", action="append",
+                      help="a record to check against (several: their union)")
     parser.add_argument("--extra", metavar="DIR", action="append", default=[])
     parser.add_argument("--generated-only", action="store_true",
                         help="only the generated inputs (seconds, not minutes)")
     args = parser.parse_args(argv)
     expected = {}
-    if args.check:
-        with open(args.check, encoding="utf-8") as handle:
-            expected = json.load(handle)
-    found, differences = {}, []
+    for record in args.check or ():
+        with open(record, encoding="utf-8") as handle:
+            expected.update(json.load(handle))
+    found, differences, unrecorded = {}, [], []
     started = time.perf_counter()
     counts = {"files": 0, "generated": 0, "segments": 0, "over": 0, "refused": 0}
     for path, data, split_type, generated in inputs(args.extra, args.generated_only):
@@ -122,7 +124,9 @@ def main(argv=None):
         counts["segments"] += record.get("segments", 0)
         counts["over"] += record.get("over", 0)
         counts["refused"] += "refused" in record
-        if args.check and expected.get(path) != record:
+        if args.check and path not in expected:
+            unrecorded.append(path)
+        elif args.check and expected[path] != record:
             differences.append(path)
     elapsed = time.perf_counter() - started
     print(f"{counts['files']:,} corpus files, {counts['generated']:,} generated inputs, "
@@ -134,11 +138,14 @@ def main(argv=None):
         print(f"recorded {len(found):,} inputs in {args.record}")
         return 0
     missing = sorted(set(expected) - set(found)) if not args.generated_only else []
-    print(f"checked against {args.check}: {len(differences)} differences, "
+    print(f"checked against {', '.join(args.check)}: {len(found) - len(unrecorded):,} inputs "
+          f"compared, {len(differences)} differences, {len(unrecorded)} inputs not recorded, "
           f"{len(missing)} recorded inputs not found now")
-    for path in (differences + missing)[:50]:
-        print("differs:" if path in found else "missing:", path)
-    return 1 if differences or missing else 0
+    for label, paths in (("differs:", differences), ("not recorded:", unrecorded),
+                         ("missing:", missing)):
+        for path in paths[:20]:
+            print(label, path)
+    return 1 if differences or unrecorded or missing else 0
 
 
 if __name__ == "__main__":
