@@ -30,8 +30,9 @@ Checked against scan_exact on the standard library, site-packages and generated 
 inputs (benchmarks/split_identity.py, tests/test_split_python_scan.py).
 Memory: every repeat in the pattern is possessive, so matching keeps no per-character state.
 """
-import codecs
 import re
+
+from nagent_split_lexers import invalid_utf8_at
 
 # tokenize's string patterns keep per-character match state: a line this long goes to the
 # linear fallback instead (its memory is then constant). The bound of both scans.
@@ -83,19 +84,6 @@ def _logical(depth):
 _SHALLOW, _DEEP = _logical(SHALLOW_DEPTH), _logical(MAX_DEPTH)
 
 
-def _utf8(data):
-    """True when `data` decodes as UTF-8 (checked in 1 MB steps: no text copy is kept)."""
-    if data.isascii():
-        return True
-    decoder, step = codecs.getincrementaldecoder("utf-8")(), 1 << 20
-    try:
-        for offset in range(0, len(data), step):
-            decoder.decode(data[offset:offset + step], final=offset + step >= len(data))
-    except UnicodeDecodeError:
-        return False
-    return True
-
-
 def _long_line(data, start, end):
     line = start
     while line < end:
@@ -117,7 +105,7 @@ def _column(data, start, end):
 
 def scan_lines(data, skip, out):
     n = len(data)
-    if not _utf8(data):
+    if invalid_utf8_at(data) is not None:
         return False
     # tokenize ends no statement on a last line without a newline that reads as a comment.
     comment_tail = not data.endswith(b"\n") and \
