@@ -3,7 +3,8 @@ with one version of the code, then check another version against the record.
 
 Inputs: the corpus of split_corpus.py (every splittable file of the standard library,
 site-packages and /usr/include) plus generated Python inputs (tests/split_python_inputs.py:
-edge cases, random fragment soups, mutants of real modules), optionally --extra DIR.
+edge cases, fragment soups, random modules, mutants of real and random modules), optionally
+--extra DIR.
 Per input it records the segment count and a digest of the index the split lib builds at the
 default target (every segment's byte range, lines, sha256 and notes; the time stamp and path
 left out); for Python also a digest of the boundary scan itself (every candidate, level, pull,
@@ -76,11 +77,13 @@ def describe(path, data, split_type, generated):
 
 
 def generated_inputs():
-    bases = [("golden.py", open(os.path.join(REPO, "tests", "golden", "split", "python",
-                                               "input.py"), "rb").read())]
-    for module in ("textwrap", "tokenize", "dataclasses", "argparse"):
-        with open(os.path.join(os.path.dirname(os.__file__), module + ".py"), "rb") as handle:
-            bases.append((module + ".py", handle.read()))
+    bases = []
+    for name, path in [("golden.py", os.path.join(REPO, "tests", "golden", "split", "python",
+                                                  "input.py"))] + [
+            (module + ".py", os.path.join(os.path.dirname(os.__file__), module + ".py"))
+            for module in ("textwrap", "tokenize", "dataclasses", "argparse")]:
+        with open(path, "rb") as handle:
+            bases.append((name, handle.read()))
     modules = gen.modules(13, 3000)
     return (gen.edge_cases() + gen.soups(11, 3000) + gen.mutants(bases, 12, 1500) + bases
             + modules + gen.mutants(modules[:300], 14, 3000))
