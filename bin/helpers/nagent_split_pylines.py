@@ -112,8 +112,10 @@ def scan_lines(data, skip, out):
         data[data.rfind(b"\n") + 1:].lstrip().startswith(b"#")
     plain_indents = b"\t" not in data and b"\f" not in data
     match = re.compile(_SHALLOW).match
-    candidate, attach, mask = out.candidate, out.attach, out.mask
-    indents = [0]
+    attach, mask = out.attach, out.mask
+    # Logical lines come in order, so candidates go straight into the builder's arrays.
+    candidate_pos, candidate_level = out.cand_pos.append, out.cand_level.append
+    indents, top = [0], 0
     pos = skip
     while pos < n:
         m = match(data, pos) or re.compile(_DEEP).match(data, pos)
@@ -131,20 +133,22 @@ def scan_lines(data, skip, out):
             attach(line, k - s)
             continue
         column = k - s if plain_indents else _column(data, s, k)
-        if column != indents[-1]:
-            if column > indents[-1]:
+        if column != top:
+            if column > top:
                 indents.append(column)
             while column < indents[-1]:
                 if column not in indents:
                     return False  # tokenize's IndentationError
                 indents.pop()
+            top = column
         word = m.group(2)
         decorator = None
         if word == b"@":
             decorator = k - s
             attach(line, decorator)
         elif word not in CLOSERS:
-            candidate(line, k - s)
+            candidate_pos(line)
+            candidate_level(k - s)
         last = data.rfind(b"\n", s, e - 1)
         if last == -1:
             continue
