@@ -1,11 +1,11 @@
 """Python structure for the splitter, as the standard library's `tokenize` reads it (exact:
 logical lines, indentation, decorators, strings), with a linear fallback lexer for files tokenize
-rejects (mixed indentation, syntax errors, unterminated strings) or that hold a line long
+rejects (inconsistent dedents, unterminated strings and brackets) or that hold a line long
 enough to make tokenize's own string patterns costly.
 
 Data contract: `scan_python(data, skip, builder)` feeds `builder` (nagent_split_scan.Builder)
 what `scan_exact(data, skip, builder)` feeds it: the regex reading of nagent_split_pylines when
-that answers (most files; its scan is about 9x faster), else tokenize and the fallback. scan_exact is the
+that answers (most files; about 9x faster), else tokenize and the fallback. scan_exact is the
 definition:
   candidate(line_start, level)  every logical line start, level = its indentation column;
                                 `else`/`elif`/`except`/`finally` lines are none (they close
