@@ -7,7 +7,8 @@ the window chain, the number of model calls made and of user prompts in the conv
 one provider client for the whole run.
 Everything durable goes through `append`, which redacts the session's secrets first; every
 model call, whoever makes it, is announced with `call_started(purpose)` and counted with
-`count_call(result, purpose)`, which appends a "stats" record (its one-line format is
+`count_call(result, purpose)`, which appends a "stats" record (the run's totals also count
+the calls of nested nagents, folded in by the actions: `call_number` counts its own) (its one-line format is
 nagent_stats_format's). `events` (nagent_events.Events; quiet by default) receives what the run
 reports as it goes, through `emit`; `DeltaRedactor` passes streamed text on with the session's
 secrets blanked, holding back a tail that may be the start of one.
@@ -45,7 +46,8 @@ class Run:
         self.windows = window_chain(previous)
         # A new window carries every user prompt, so the current file holds them all.
         self.prompts = sum(1 for record in records if is_user_prompt(record))
-        self.calls = 0
+        self.calls = 0          # model calls of the loop itself (max_calls counts these)
+        self.call_number = 0    # every call this run made itself, checkpoints included
         self.recent_actions = []
         self.gate_refusals = 0  # final responses the response hook refused in this run
         self.client = None  # one provider client for the whole run (see nagent_llm.make_client)
@@ -76,7 +78,8 @@ class Run:
 
     def call_started(self, purpose):
         """Announce a model call (reply, continuation, summary, checkpoint); its number."""
-        number = self.run_stats.model_calls + 1
+        self.call_number += 1
+        number = self.call_number
         settings = self.session.settings
         self.emit("model_call_start", call=number, purpose=purpose, provider=settings.provider.name,
                   model=settings.model)
@@ -88,7 +91,7 @@ class Run:
         self.conv_stats = add_result(self.conv_stats, result, prices)
         self.record_stats(result)
         cost = call_cost(result, prices)
-        self.emit("model_call_end", call=self.run_stats.model_calls, purpose=purpose,
+        self.emit("model_call_end", call=self.call_number, purpose=purpose,
                   provider=result.provider, model=result.model, finish=result.finish_reason,
                   elapsed=result.elapsed, attempts=result.attempts, streamed=result.streamed,
                   first_text=result.first_text,

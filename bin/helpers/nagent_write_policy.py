@@ -25,12 +25,23 @@ Data contract:
   path itself (another link would alias a file we were not asked to write).
 - `validate_patch_source(source, mode, environ, cwd)` -> same rules for the file a split patch
   will replace (main: temp roots; file-edit: the target or temp, never a segment).
+- `edit_target(path, cwd, roots, environ)` -> the realpath of a file the main conversation may
+  hand to a per-file edit session (<nagent-file-edit>, a <nagent-replace> of a project file),
+  which the driver runs outside any shell sandbox. Links and `..` are resolved first (a final
+  symlink too: the session edits the file it names); the file must exist, be a regular file
+  (never opened here: a FIFO cannot block), lie inside one of `roots` (the caller passes the
+  working directory, the project root and the temp roots) and outside nagent's own state. Else
+  RefusedError("not an edit target", path, reason).
 - `write_file_atomic(path, data, mode, cwd, environ)` -> {path, bytes, created}. It validates, then
   walks from "/" with O_DIRECTORY|O_NOFOLLOW directory fds (creating missing parents 0700 only inside
   a temp root), re-checks the opened parent's real path, re-checks the final entry through the dir
   fd, writes a temp file in that directory, fsyncs, keeps the old permission bits, and os.replace()s
   it into place relative to the dir fd, so a hardlink or symlink swapped in at the destination is
   replaced rather than written through. Filesystem failures raise InputError("write failed", ...).
+  `expect_sha256` (a replace computed from the bytes it read): right before the rename the
+  file in place is hashed through the same dir fd, and anything else there (changed meanwhile,
+  gone) is refused (RefusedError "write refused", the file changed since it was read) with
+  nothing written.
 """
 import errno
 import os
@@ -232,6 +243,33 @@ def validate_patch_source(source: str, mode: WriteMode, environ=None, cwd=None) 
     return final
 
 
+def edit_target(path: str, cwd: str, roots, environ=None) -> str:
+    _check_syntax(path)
+    joined = path if os.path.isabs(path) else os.path.join(os.path.abspath(cwd), path)
+    real = os.path.realpath(joined)
+
+    def refuse(reason):
+        return RefusedError("not an edit target", _shown(path), reason)
+    if in_nagent_state(real, environ):
+        raise refuse(STATE_REASON)
+    try:
+        st = os.stat(real)
+    except FileNotFoundError:
+        raise refuse("no such file (a per-file session edits an existing file; create a new "
+                     "one with a shell command)") from None
+    except OSError as error:
+        raise refuse(f"cannot inspect it: {error.strerror}") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise refuse("it is a directory (give one file)")
+    if not stat.S_ISREG(st.st_mode):
+        raise refuse("it is not a regular file")
+    if not within_any(real, roots):
+        raise refuse(f"{_shown(real)} is outside " + ", ".join(roots)
+                     + ": the main conversation edits files of the project (the working "
+                       "directory and the project root) and temp files")
+    return real
+
+
 # -- the writer ------------------------------------------------------------------------------
 
 def _opened_path(fd):
@@ -292,7 +330,23 @@ def _write_all(fd, data):
         view = view[written:]
 
 
-def _write_validated(final, data, mode, environ=None, cwd=None) -> dict:
+def _sha256_at(name, dir_fd):
+    """sha256 of the regular file `name` in `dir_fd` (no symlink followed), or None."""
+    import hashlib
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=dir_fd)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            return None
+        digest = hashlib.sha256()
+        while chunk := handle.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _write_validated(final, data, mode, environ=None, cwd=None, expect_sha256=None) -> dict:
     """Write `data` to an already validated resolved path, re-checking everything via dir fds."""
     roots = temp_roots(environ, cwd)
     parent, name = os.path.split(final)
@@ -316,6 +370,10 @@ def _write_validated(final, data, mode, environ=None, cwd=None) -> dict:
             os.fsync(fd)
         finally:
             os.close(fd)
+        if expect_sha256 is not None and _sha256_at(name, dir_fd) != expect_sha256:
+            raise _refuse(final, "the file changed since it was read (its sha256 is no longer "
+                                 "what the edit was computed from); nothing was written: read it "
+                                 "again")
         os.replace(temp_name, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
         temp_name = None
         os.fsync(dir_fd)
@@ -331,8 +389,9 @@ def _write_validated(final, data, mode, environ=None, cwd=None) -> dict:
         os.close(dir_fd)
 
 
-def write_file_atomic(path: str, data: bytes, mode: WriteMode, cwd: str, environ=None) -> dict:
+def write_file_atomic(path: str, data: bytes, mode: WriteMode, cwd: str, environ=None,
+                      expect_sha256=None) -> dict:
     if isinstance(data, str):
         data = data.encode("utf-8")
     final = validate_write_path(path, mode, cwd, environ)
-    return _write_validated(final, bytes(data), mode, environ, cwd)
+    return _write_validated(final, bytes(data), mode, environ, cwd, expect_sha256)
