@@ -42,7 +42,6 @@ from nagent_stats_format import decode_stats  # noqa: E402
 
 NESTED = "Write rules (per-file edit session)"
 BUGGY, FIXED = "    return start + size - 1", "    return start + size"
-TARGETS = {"replace_tokens_2000": 300, "replace_tokens_229k": 400, "file_edit_own_s": 1.0}
 GREP = '<nagent-shell>grep -n "def window_end" -A 2 app.py</nagent-shell>'
 REPLACE = f'<nagent-replace path="app.py">\n<old>{BUGGY}</old>\n<new>{FIXED}</new>\n</nagent-replace>'
 ANSWER = "<nagent-response>\nwindow_end returned one short; fixed.\n</nagent-response>"

@@ -115,6 +115,21 @@ class FileEditTagTest(ProjectFixture, NagentRunCase):
         self.assertFalse([line for line in running if marker in line], running)
 
 
+class ChildSettingsTest(unittest.TestCase):
+    def test_nested_nagents_get_the_sessions_sandbox_and_approval(self):
+        # A `--shell-sandbox bwrap` flag used to stop at the parent: its sub-agents read only
+        # the config, and ran their shell commands unsandboxed.
+        import base  # noqa: F401
+        from types import SimpleNamespace
+        from nagent_agents import child_command
+        shell = SimpleNamespace(sandbox="bwrap", approval="confirm")
+        settings = SimpleNamespace(provider=SimpleNamespace(name="openai"), model="m", shell=shell)
+        ctx = SimpleNamespace(settings=settings, pid="7", conversation="/c", depth=0, extra_args=())
+        command = " ".join(child_command(ctx, "agent-x"))
+        self.assertIn("--shell-sandbox bwrap --shell-approval confirm", command)
+        self.assertIn("--invocation delegated --parent-conversation /c --depth 1", command)
+
+
 class ShellActionRefusalTest(NagentRunCase):
     CONFIG = {"provider": "openai"}
 

@@ -33,6 +33,7 @@ from nagent_file_tools import (BINARY_SNIFF_BYTES, describe_split, looks_binary,
 from nagent_hooks import check_action
 from nagent_protocol_blocks import result_block
 from nagent_split_registry import find_by_index, load as load_registry
+from nagent_write_policy import validate_write_path, write_file_atomic
 
 _resolve = resolve_path
 
@@ -103,29 +104,34 @@ def execute_file_read(action, ctx):
 
 def execute_file_patch(action, ctx):
     raw = action.attr("index", "")
+    index = _resolve(raw, ctx)
+    # For the view only (the authority is patch_registered's): the source nagent recorded.
+    entry = find_by_index(load_registry(ctx.side_dir), index) if ctx.side_dir else None
+    before = observe(entry["source"], ctx) if entry else None
     try:
-        outcome = patch_registered(_resolve(raw, ctx), ctx, shown=raw)
+        outcome = patch_registered(index, ctx, shown=raw)
     except NagentError as error:
         return error_block("nagent-file-patch-result", error_text(error), {"index": raw})
     if outcome.get("status") == "applied" and outcome.get("source"):
         refresh_target_id(outcome["source"], ctx)
     body = "\n".join(f"{key}: {value}" for key, value in outcome.items() if value is not None)
-    return ActionOutcome(result_block("nagent-file-patch-result", body,
-                                      {"index": raw, "status": str(outcome.get("status", ""))}))
+    return observed(ActionOutcome(result_block("nagent-file-patch-result", body, {
+        "index": raw, "status": str(outcome.get("status", ""))})), before, ctx)
 
 
 def execute_write(action, ctx):
-    from nagent_write_policy import write_file_atomic
     raw = action.attr("path", "")
+    mode = write_mode_now(ctx)
     try:
-        written = write_file_atomic(raw, action.body.encode("utf-8"), write_mode_now(ctx), ctx.cwd,
-                                    ctx.environ)
+        before = observe(validate_write_path(raw, mode, ctx.cwd, ctx.environ), ctx)
+        written = write_file_atomic(raw, action.body.encode("utf-8"), mode, ctx.cwd, ctx.environ)
     except NagentError as error:
         return error_block("nagent-write-result", error_text(error), {"path": raw})
     refresh_target_id(written["path"], ctx)
     verb = "created" if written.get("created") else "replaced"
-    return ActionOutcome(result_block("nagent-write-result", f"{verb} {written['path']} "
-                                      f"({written['bytes']} bytes)", {"path": raw, "status": "ok"}))
+    return observed(ActionOutcome(result_block("nagent-write-result", f"{verb} {written['path']} "
+                                               f"({written['bytes']} bytes)",
+                                               {"path": raw, "status": "ok"})), before, ctx)
 
 
 def execute_shell(action, ctx):
@@ -135,8 +141,9 @@ def execute_shell(action, ctx):
                             secret_names=ctx.secret_names, secrets=ctx.secrets)
     except NagentError as error:
         return error_block("nagent-shell-result", error_text(error))
-    why = next((line for line in outcome.stderr.splitlines() if line.strip()), "") \
-        if outcome.exit_code not in (0, None) else ""
+    # The first stderr line that says something (a rule of ===== says nothing).
+    why = next((line for line in outcome.stderr.splitlines() if any(ch.isalnum() for ch in line)),
+               "") if outcome.exit_code not in (0, None) else ""
     return ActionOutcome(result_block("nagent-shell-result", format_shell_result(outcome)),
                          failed=outcome.exit_code != 0, why=why)
 

@@ -4,9 +4,11 @@ replacement in it with no model call (--old/--new, --replace-file: nagent_edit_c
 Data contract: as every nagent_main_* module: `DESCRIPTION`, `build_parser()`, `main(argv) ->
 exit code`, `run()` (main under nagent_cli.run_main) for the console script and the bin/ shim.
 The flags a parent nagent passes to the sessions it starts (--invocation, --parent-conversation,
---depth) are accepted and hidden. Inside a nagent shell action it refuses at once
+--depth) are accepted and hidden; a delegated session refuses a --file that no longer is its own
+real path (the driver checked that path). Inside a nagent shell action it refuses at once
 (nagent_cli.refuse_in_shell_action), naming the tags to use.
 """
+import os
 import sys
 
 from nagent_cli import early_exit, run_main
@@ -58,6 +60,11 @@ def main(argv=None):
     args = build_parser().parse_args(argv)
     from nagent_cli import refuse_in_shell_action
     refuse_in_shell_action(PROG, USE_TAGS)
+    if args.invocation == "delegated" and os.path.realpath(args.file) != args.file:
+        # The driver checked this resolved path: a link swapped in since would redirect the edit.
+        from nagent_errors import RefusedError
+        raise RefusedError("the edit target changed on its way to its session", args.file,
+                           "a component of its path is now a link; nothing was changed")
     if args.old or args.new or args.replace_file:
         if args.clear:
             from nagent_errors import UsageError
