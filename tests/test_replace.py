@@ -169,6 +169,9 @@ class ReplaceRouteTest(ProjectFixture, HermeticTestCase):
         other = self.run_action(replace_tag("calc.py", ("a - b", "a + b")), session)
         self.assertTrue(other.failed)
         self.assertIn("write refused", other.block)
+        nested = self.run_action('<nagent-file-edit path="calc.py">\nfix\n</nagent-file-edit>',
+                                 session)
+        self.assertIn("changes only its own target", nested.block)
         self.assertIn(b"a - b", self.read(os.path.join(self.project, "calc.py")))
 
     def test_project_file_goes_through_its_per_file_session(self):
@@ -205,10 +208,12 @@ class ReplaceRouteTest(ProjectFixture, HermeticTestCase):
         os.mkfifo(os.path.join(self.project, "fifo"))
         os.makedirs(os.path.join(self.project, "adir"))
         config = self.write_file(os.path.join(self.home, ".nagent", "config.json"), "{}\n")
+        hook = self.write_file(".git/hooks/pre-commit", "exit 0\n")
         attempts = {"link.py": "outside", "linkdir/victim.py": "outside",
                     f"../{os.path.basename(other)}/victim.py": "outside", victim: "outside",
                     config: "nagent's own state", self.config_path: "nagent's own state",
-                    "fifo": "not a regular file", "adir": "directory"}
+                    "fifo": "not a regular file", "adir": "directory",
+                    ".git/hooks/pre-commit": "git directory", ".git/config": "git directory"}
         for path, reason in attempts.items():
             for text in (replace_tag(path, ("1", "2")),
                          f'<nagent-file-edit path="{path}">\nchange it\n</nagent-file-edit>'):
@@ -217,6 +222,7 @@ class ReplaceRouteTest(ProjectFixture, HermeticTestCase):
                     self.assertTrue(outcome.failed, outcome.block)
                     self.assertIn(reason, outcome.block)
         self.assertEqual(self.read(victim), b"SECRET = 1\n")
+        self.assertEqual(self.read(hook), b"exit 0\n")
         self.assertEqual(self.read(config), b"{}\n")
         self.assertEqual(self.read(self.config_path), b"{}")
 

@@ -7,8 +7,8 @@ Data contract:
     `write_mode_now`: temp files in the main conversation; in a per-file session its target, the
     target renamed, and the segments of splits nagent made of it, so an old spanning a segment
     boundary is a replace of the target);
-  * in the main conversation, to any other edit target (nagent_write_policy.edit_target under
-    `edit_roots`), through `nagent-file-edit --file REAL --replace-file -` with no model call: a
+  * in the main conversation, to any other edit target (`edit_target_of`), through
+    `nagent-file-edit --file REAL --replace-file -` with no model call: a
     nested process (nagent_batch.run_planned; a fork of the driver, nagent_fork) that records it
     in that file's per-file conversation under that session's write authority, outside any
     shell sandbox, within file_tool_timeout.
@@ -29,7 +29,8 @@ Data contract:
   `<nagent-file-edit-result path conversation tokens_in tokens_out calls>` has exit_code, the
   session's answer (or error) and the diff the driver saw; its totals fold into the run's
   (a session that timed out counts what its conversation recorded meanwhile).
-- `edit_roots(ctx)`: the working directory, the project root (nagent_project) and the temp roots.
+- `edit_target_of(raw, ctx)`: nagent_write_policy.edit_target under the working directory, the
+  project root (nagent_project) and the temp roots, the repository's git directory excluded.
 - `observe(path, ctx)` / `observed(outcome, snap, ctx)`: a snapshot before an action and the
   outcome with the file's change added after it (nagent_file_change).
 """
@@ -71,10 +72,15 @@ def observed(outcome, snap, ctx):
     return replace(outcome, changes=outcome.changes + (change,)) if change else outcome
 
 
-def edit_roots(ctx):
+def edit_target_of(raw, ctx):
+    """The realpath of an edit target of the main conversation (write_policy.edit_target): in
+    the working directory, the project root or a temp root, not in the git directory."""
     project = find_project(ctx.cwd, ctx.environ, ctx.secret_names)
     roots = [os.path.realpath(ctx.cwd)] + ([project.root] if project else [])
-    return tuple(roots) + temp_roots(ctx.environ, ctx.cwd)
+    excluded = (os.path.realpath(project.git_dir), os.path.join(project.root, ".git")) \
+        if project else ()
+    return edit_target(raw, ctx.cwd, tuple(roots) + temp_roots(ctx.environ, ctx.cwd), ctx.environ,
+                       excluded)
 
 
 def short_diff(text):
@@ -158,7 +164,7 @@ def execute_replace(action, ctx):
 def _replace_through_session(action, raw, ctx):
     """A project file's replace from the main conversation: its per-file session applies it."""
     try:
-        real = edit_target(raw, ctx.cwd, edit_roots(ctx), ctx.environ)
+        real = edit_target_of(raw, ctx)
     except NagentError as error:
         return error_block("nagent-replace-result", error_text(error), {"path": raw})
     args = ["--file", real, "--replace-file", "-", *delegated_args(ctx), *setting_args(ctx.settings)]
@@ -216,7 +222,7 @@ def file_edit_job(action, ctx):
         return error_block("nagent-file-edit-result", f"nesting limit ({ctx.max_depth}) reached; "
                            "make this change with <nagent-replace>", attrs)
     try:
-        real = edit_target(raw, ctx.cwd, edit_roots(ctx), ctx.environ)
+        real = edit_target_of(raw, ctx)
     except NagentError as error:
         return error_block("nagent-file-edit-result", error_text(error), attrs)
     args = ["--file", real, *delegated_args(ctx), *setting_args(ctx.settings), "-"]

@@ -5,7 +5,9 @@ Data contract: `fork_tool(name, args, env, cwd, files) -> Forked`. The child pro
 called from the main thread) runs tool `name`'s `run()` (nagent_install.TOOLS) as `NAME args`
 would: `env` as its whole environment, `cwd`, and `files` (three open binary files) as its
 fds 0, 1 and 2. It stays in this process group (a terminal's Ctrl-C reaches it, as it reaches
-an exec'd child). It uses nothing of this process's running state: new sys.stdin/stdout/stderr
+an exec'd child) and gets SIGTERM when this process dies (PR_SET_PDEATHSIG: it holds copies of
+our descriptors, the conversation lock's among them, and must not outlive us holding them). It
+uses nothing of this process's running state: new sys.stdin/stdout/stderr
 objects over its own fds (another thread may hold the old objects' locks at the fork), the
 signal handlers Python starts with, the temp directory looked up again, this process's objects
 frozen out of garbage collection (no finalizer of ours runs in it), and it ends with os._exit
@@ -25,6 +27,8 @@ import tempfile
 import traceback
 
 from nagent_install import TOOLS
+
+PR_SET_PDEATHSIG = 1
 
 
 class Forked:
@@ -68,12 +72,13 @@ def fork_tool(name, args, env, cwd, files):
     module = TOOLS[name]
     for handle in files:
         handle.flush()
+    parent = os.getpid()
     pid = os.fork()
     if pid:
         return Forked(pid, [name, *args])
     code = 1
     try:
-        code = _child(module, name, args, env, cwd, files)
+        code = _child(module, name, args, env, cwd, files, parent)
     except SystemExit as stop:
         code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
     except BaseException:   # noqa: B036 - a child must never return into the parent's frames
@@ -87,13 +92,25 @@ def fork_tool(name, args, env, cwd, files):
         os._exit(code & 0xFF)
 
 
-def _child(module, name, args, env, cwd, files):
+def _die_with(parent):
+    """SIGTERM when `parent` dies; if it already has, end now."""
+    try:
+        import ctypes
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent:
+        os._exit(143)
+
+
+def _child(module, name, args, env, cwd, files, parent):
     gc.freeze()
     for fd, handle in enumerate(files):
         os.dup2(handle.fileno(), fd)
     for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE):
         signal.signal(signum, signal.SIG_DFL if signum != signal.SIGPIPE else signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    _die_with(parent)
     sys.stdin = open(0, encoding="utf-8", errors="surrogateescape", closefd=False)
     sys.stdout = open(1, "w", encoding="utf-8", errors="surrogateescape", closefd=False)
     sys.stderr = open(2, "w", encoding="utf-8", errors="backslashreplace", closefd=False,

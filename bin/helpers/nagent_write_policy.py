@@ -25,13 +25,14 @@ Data contract:
   path itself (another link would alias a file we were not asked to write).
 - `validate_patch_source(source, mode, environ, cwd)` -> same rules for the file a split patch
   will replace (main: temp roots; file-edit: the target or temp, never a segment).
-- `edit_target(path, cwd, roots, environ)` -> the realpath of a file the main conversation may
-  hand to a per-file edit session (<nagent-file-edit>, a <nagent-replace> of a project file),
-  which the driver runs outside any shell sandbox. Links and `..` are resolved first (a final
-  symlink too: the session edits the file it names); the file must exist, be a regular file
-  (never opened here: a FIFO cannot block), lie inside one of `roots` (the caller passes the
-  working directory, the project root and the temp roots) and outside nagent's own state. Else
-  RefusedError("not an edit target", path, reason).
+- `edit_target(path, cwd, roots, environ, excluded=())` -> the realpath of a file the main
+  conversation may hand to a per-file edit session (<nagent-file-edit>, a <nagent-replace> of a
+  project file), which the driver runs outside any shell sandbox. Links and `..` are resolved
+  first (a final symlink too: the session edits the file it names); the file must exist, be a
+  regular file (never opened here: a FIFO cannot block), lie inside one of `roots` (the caller
+  passes the working directory, the project root and the temp roots), outside every `excluded`
+  tree (the repository's git directory: its hooks and config run later as the user) and outside
+  nagent's own state. Else RefusedError("not an edit target", path, reason).
 - `write_file_atomic(path, data, mode, cwd, environ)` -> {path, bytes, created}. It validates, then
   walks from "/" with O_DIRECTORY|O_NOFOLLOW directory fds (creating missing parents 0700 only inside
   a temp root), re-checks the opened parent's real path, re-checks the final entry through the dir
@@ -243,7 +244,7 @@ def validate_patch_source(source: str, mode: WriteMode, environ=None, cwd=None) 
     return final
 
 
-def edit_target(path: str, cwd: str, roots, environ=None) -> str:
+def edit_target(path: str, cwd: str, roots, environ=None, excluded=()) -> str:
     _check_syntax(path)
     joined = path if os.path.isabs(path) else os.path.join(os.path.abspath(cwd), path)
     real = os.path.realpath(joined)
@@ -263,6 +264,9 @@ def edit_target(path: str, cwd: str, roots, environ=None) -> str:
         raise refuse("it is a directory (give one file)")
     if not stat.S_ISREG(st.st_mode):
         raise refuse("it is not a regular file")
+    if within_any(real, excluded, inclusive=True):
+        raise refuse("it is inside the repository's git directory (hooks and config that git "
+                     "runs later): change it yourself")
     if not within_any(real, roots):
         raise refuse(f"{_shown(real)} is outside " + ", ".join(roots)
                      + ": the main conversation edits files of the project (the working "
