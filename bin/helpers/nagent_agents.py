@@ -20,11 +20,12 @@ Data contract
   stdin, stdout and stderr are anonymous temp files, not pipes, so nothing has to be drained
   while several run.
 * `run_children(jobs, ctx, done, watch=None, started=None)` runs `jobs` (in tag order) at most
-  `ctx.max_parallel` at a time, starting them in order as slots free up (a job whose key is
-  held by a running child waits, and the next ones may pass it), calls `started(index)` (when
-  given) right before a child's process starts, and `done(index, ChildResult)` as each one ends, in whatever order they end. A child past its timeout gets
-  SIGTERM (it ends its own shell commands and records why); after AGENT_TERM_GRACE seconds it and
-  every process it left are killed; its siblings run on.
+  `ctx.max_parallel` at a time, starting them in order as slots free up (a job whose key is held
+  by a running child waits, and the next ones may pass it), calls `started(index)` (when given)
+  right before a child's process starts, and `done(index, ChildResult)` as each one ends, in
+  whatever order they end. A child past its timeout gets SIGTERM (it ends its own shell commands
+  and records why); after AGENT_TERM_GRACE seconds it and every process it left are killed; its
+  siblings run on.
   `watch(views)` (optional) is called about every WATCH_TICK seconds while children run, with one
   dict per started child still running: index, name, pid, elapsed (s), action (what its run file
   says it does now, or None), calls, tokens.

@@ -22,13 +22,13 @@ Data contract:
   Raises NagentError (RefusedError "replace refused" with the rule's reason).
 - `file_edit_job(action, ctx) -> nagent_batch.Planned | ActionOutcome`: a <nagent-file-edit> in
   the main conversation runs `nagent-file-edit --file REAL -` (instruction on stdin) as the
-  driver's own child (a fork of the driver: its SDK is loaded already), like a sub-agent: the driver's environment (the session's credentials),
-  its pid, provider, model and shell settings, depth + 1, agent_timeout, key REAL (two sessions
-  of one file never run at once). A refused target, a per-file session (it edits only its own
-  target) or the depth limit end it with an error result. Its result
-  `<nagent-file-edit-result path conversation tokens_in tokens_out calls>` has exit_code, the
-  session's answer (or error) and the diff the driver saw; its totals fold into the run's
-  (a session that timed out counts what its conversation recorded meanwhile).
+  driver's own child (a fork of the driver: its SDK is loaded already), like a sub-agent: the
+  driver's environment (the session's credentials), its pid, provider, model and shell settings,
+  depth + 1, agent_timeout, key REAL (two sessions of one file never run at once). A refused
+  target, a per-file session (it edits only its own target) or the depth limit end it with an
+  error result. Its result `<nagent-file-edit-result path conversation tokens_in tokens_out
+  calls>` has exit_code, the session's answer (or error) and the diff the driver saw; its totals
+  fold into the run's (a session that timed out counts what its conversation recorded meanwhile).
 - `edit_target_of(raw, ctx)`: nagent_write_policy.edit_target under the working directory, the
   project root (nagent_project) and the temp roots, the repository's git directory excluded.
 - `observe(path, ctx)` / `observed(outcome, snap, ctx)`: a snapshot before an action and the
@@ -117,15 +117,15 @@ def replace_in_place(raw, pairs, ctx, expect_sha256=None):
         raise RefusedError("replace refused", f"the file's sha256 is {digest}, not {expect_sha256}",
                            "nothing was written; read the file again")
     try:
-        applied = apply_pairs(data, pairs)
+        after = apply_pairs(data, pairs)
     except ReplaceRefused as refused:
         raise RefusedError("replace refused", refused.reason,
                            "nothing was written; copy <old> exactly from the file") from None
     shown_before = None if within_any(final, temp_roots(ctx.environ, ctx.cwd), inclusive=True) \
         else Snapshot(final, data, digest)
-    write_file_atomic(raw, applied.data, mode, ctx.cwd, ctx.environ, expect_sha256=digest)
+    write_file_atomic(raw, after, mode, ctx.cwd, ctx.environ, expect_sha256=digest)
     refresh_target_id(final, ctx)
-    return Replaced(final, pairs, data, applied.data, change_since(shown_before, ctx.cwd))
+    return Replaced(final, pairs, data, after, change_since(shown_before, ctx.cwd))
 
 
 def replace_block(raw, done, cwd, conversation=None):

@@ -104,8 +104,9 @@ def process_tags(run, actions):
 
 def run_batch(run, group, ctx):
     """Consecutive agents (or file-edits), concurrently (nagent_actions.process_agents): each
-    announced in tag order, each result appended and announced in tag order; while they run, an "agents" event
-    whenever the running children or what they do changes (the display's table of children)."""
+    announced in tag order, each result appended and announced in tag order; while they run, an
+    "agents" event whenever the running children or what they do changes (the display's table
+    of children)."""
     from nagent_actions import process_agents
     began = time.monotonic()
     starts = [start_action(run, action) for action in group]

@@ -1,4 +1,4 @@
-"""The one rule for an exact replacement: <nagent-replace> bodies, and old/new pairs applied to bytes.
+"""The one rule for an exact replacement: <nagent-replace> bodies, old/new pairs applied to bytes.
 
 Every route that changes a file by old/new text uses this module: the <nagent-replace> handler in
 the main conversation (temp files) and in a per-file edit session (its target and its segments),
@@ -11,17 +11,17 @@ Data contract:
   `</old>` (`</new>`), so it cannot contain that closing tag. `parse_pairs(body) -> tuple[Pair]`
   raises ValueError(one sentence) for anything else, an empty old, or an old equal to its new.
   `format_pairs(pairs) -> body` is its inverse.
-- `apply_pairs(data, pairs) -> Applied(data, spans)`: `data` is the file's bytes. Each old
-  (as UTF-8; surrogate escapes stand for raw bytes a command line gave) must occur exactly once
-  in `data`, overlapping occurrences counted; all pairs are matched against the same bytes,
-  their matches must not overlap, and then all are replaced at once: all pairs or none. Line endings: when an old holding "\\n" does not occur
-  as written but occurs once with "\\r\\n" (a CRLF file), that form is used; the new text gets
-  "\\r\\n" for its bare "\\n" whenever its match used CRLF or the whole file is CRLF. Every byte
-  outside the matches is kept as it was: other line endings, a BOM, a missing final newline,
-  lines that are not UTF-8. `spans` are (start, end) of each match in the original, sorted.
-  Otherwise ReplaceRefused(reason): a one-line reason per failing pair, with how many matches it
-  had and where: line numbers of two or more matches, or for none the closest lines of the file
-  (`closest_lines`) with their numbers.
+- `apply_pairs(data, pairs) -> bytes`: `data` is the file's bytes. Each old (as
+  UTF-8; surrogate escapes stand for raw bytes a command line gave) must occur exactly once in
+  `data`, overlapping occurrences counted; all pairs are matched against the same bytes, their
+  matches must not overlap, and then all are replaced at once: all pairs or none. Line endings:
+  when an old holding "\\n" does not occur as written but occurs once with "\\r\\n" (a CRLF file),
+  that form is used; the new text gets "\\r\\n" for its bare "\\n" whenever its match used CRLF or
+  the whole file is CRLF. Every byte outside the matches is kept as it was: other line endings, a
+  BOM, a missing final newline, lines that are not UTF-8. Otherwise ReplaceRefused(reason): a
+  one-line reason per failing pair, with how many matches it had and where: line numbers of two
+  or more matches, or for none the closest lines of the file (`closest_lines`) with their
+  numbers.
 - `closest_lines(data, old, count=3) -> [(line number, line text)]`: the file lines most like
   the first non-blank line of `old` (difflib ratio), best first.
 """
@@ -29,7 +29,6 @@ import difflib
 from collections import namedtuple
 
 Pair = namedtuple("Pair", "old new")
-Applied = namedtuple("Applied", "data spans")
 
 OPEN_OLD, CLOSE_OLD, OPEN_NEW, CLOSE_NEW = "<old>", "</old>", "<new>", "</new>"
 SHOWN_LINE = 120          # columns of a file line quoted in a refusal
@@ -170,4 +169,4 @@ def apply_pairs(data, pairs):
         out += [data[at:start], new]
         at = end
     out.append(data[at:])
-    return Applied(b"".join(out), tuple((start, end) for start, end, _new, _n in matches))
+    return b"".join(out)

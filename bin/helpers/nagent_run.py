@@ -5,13 +5,14 @@ ConversationWriter that owns the conversation file while the lock is held, this 
 the conversation's token totals (the latter continued from the file's last "stats" record),
 the window chain, the number of model calls made and of user prompts in the conversation, and
 one provider client for the whole run.
-Everything durable goes through `append`, which redacts the session's secrets first; every
-model call, whoever makes it, is announced with `call_started(purpose)` and counted with
-`count_call(result, purpose)`, which appends a "stats" record (the run's totals also count
-the calls of nested nagents, folded in by the actions: `call_number` counts its own) (its one-line format is
-nagent_stats_format's). `events` (nagent_events.Events; quiet by default) receives what the run
-reports as it goes, through `emit`; `DeltaRedactor` passes streamed text on with the session's
-secrets blanked, holding back a tail that may be the start of one.
+Everything durable goes through `append`, which redacts the session's secrets first; every model
+call, whoever makes it, is announced with `call_started(purpose)` and counted with
+`count_call(result, purpose)`, which appends a "stats" record (its one-line format is
+nagent_stats_format's); `call_number` counts the calls the run made itself, while its totals also
+count the calls of nested nagents, which the actions fold in. `events` (nagent_events.Events;
+quiet by default) receives what the run reports as it goes, through `emit`; `DeltaRedactor` passes
+streamed text on with the session's secrets blanked, holding back a tail that may be the start of
+one.
 It sits below nagent_loop and nagent_window so both (and nagent_compact) use it without
 importing each other.
 """
