@@ -17,6 +17,7 @@ Data contract (pure functions):
 """
 import re
 
+from nagent_replace import parse_pairs
 from nagent_terminal_text import one_line as _one_line
 
 SUMMARY_LIMIT = 200
@@ -58,7 +59,10 @@ def action_summary(action):
     if kind == "file-patch":
         return one_line(action.attr("index", ""))
     if kind == "replace":
-        count = action.body.count("</old>")
+        try:
+            count = len(parse_pairs(action.body))
+        except ValueError:
+            count = 0
         return one_line(action.attr("path", "") + f" ({count} pair{'s' if count != 1 else ''})")
     if kind == "file-edit":
         path = one_line(action.attr("path", ""), SUMMARY_LIMIT // 2)

@@ -9,8 +9,8 @@ Files inside the temp roots are scratch space: they are not shown.
 Data contract:
 - `Snapshot(path, data, sha256)`: `data` the file's bytes (None when it is missing, not a regular
   file, unreadable, or over DIFF_MAX_BYTES: then only its sha256 is known). `snapshot(path,
-  environ, cwd)` -> a Snapshot, or None for a path inside the temp roots. A FIFO or device is
-  never opened.
+  environ, cwd)` -> a Snapshot, or None for a path inside the temp roots (or one whose links
+  change while it is resolved). A FIFO or device is never opened; nothing here raises OSError.
 - `change_since(before, cwd) -> FileChange | None`: None when the file is as it was.
   `FileChange(path, shown, added, removed, diff, sha256_before, sha256_after)`: `shown` is the
   path relative to `cwd` when inside it; a sha256 is None for a file that did not exist.
@@ -69,7 +69,10 @@ def _read(path):
 
 
 def snapshot(path, environ=None, cwd=None):
-    real = os.path.realpath(path)
+    try:
+        real = os.path.realpath(path)
+    except OSError:   # a link swapped under realpath (readlink EINVAL): nothing to show
+        return None
     if within_any(real, temp_roots(environ, cwd), inclusive=True):
         return None
     try:
