@@ -7,17 +7,21 @@ pass, the diffs are on the terminal, and the run's totals equal what the fake ve
 
 `edit_project(case)` and `JourneyModel` are shared with test_edit_route.
 """
+import fcntl
 import json
 import os
 import shutil
+import struct
 import subprocess
 import sys
+import termios
+import threading
 import unittest
 
-from base import BIN
+import zygote
+from base import BIN, zygote_can_run
 from fakes import FakeVendorTestCase, ReplySpec
 from project_fixture import ProjectFixture
-from ptys import answer_on_pty
 from unprivileged import outside_dir
 
 USAGE = {"input": 100, "cache_read": 0, "cache_write": 0, "output": 10, "reasoning": 0}
@@ -39,6 +43,38 @@ def edit_project(case):
     case.git("add", "-A")
     case.git("commit", "-q", "-m", "calc with two bugs")
     return project
+
+
+def on_terminal(args, env, cwd, timeout=120):
+    """(exit code, screen) of bin/nagent ARGS with stdin, stdout and stderr on a fresh 120x40
+    pseudo-terminal; a child of the suite's zygote when the environment allows (the SDK import
+    is the zygote's: the journey's own work is what the test waits for)."""
+    master, slave = os.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+    terminal, script = os.ttyname(slave), os.path.join(BIN, "nagent")
+    if zygote_can_run(env):
+        child = zygote.shared().spawn(script, args, env, cwd, terminal, terminal, terminal)
+    else:
+        child = subprocess.Popen([sys.executable, script, *args], stdin=slave, stdout=slave,
+                                 stderr=slave, env=env, cwd=cwd)
+    chunks = []
+
+    def read():
+        while True:
+            try:
+                data = os.read(master, 65536)
+            except OSError:   # EIO: every writer closed the terminal
+                return
+            if not data:
+                return
+            chunks.append(data)
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    code = child.wait(timeout)
+    os.close(slave)   # held until the child is done: a pty without any slave open reads EIO
+    reader.join(timeout)
+    os.close(master)
+    return code, b"".join(chunks).decode("utf-8", "replace").replace("\r\n", "\n")
 
 
 class JourneyModel:
@@ -68,8 +104,6 @@ class JourneyModel:
 
 
 class EditJourneyTest(ProjectFixture, FakeVendorTestCase):
-    FRESH_RUNS = True
-
     def setUp(self):
         super().setUp()
         edit_project(self)
@@ -82,11 +116,8 @@ class EditJourneyTest(ProjectFixture, FakeVendorTestCase):
     def journey(self, *flags):
         model, seen = JourneyModel(), len(self.fake.requests)
         self.fake.reply_fn(model)
-        # --pid: the pty makes nagent a session leader, whose default conversation id is its own.
-        argv = [sys.executable, os.path.join(BIN, "nagent"), "--pid", "4242", *flags,
-                "fix the failing tests"]
-        code, screen, _ = answer_on_pty(argv, self.env, self.cwd, [], timeout=120)
-        screen = screen.decode("utf-8", "replace").replace("\r\n", "\n")
+        code, screen = on_terminal(["--pid", "4242", *flags, "fix the failing tests"], self.env,
+                                   self.cwd)
         self.assertEqual(code, 0, screen)
         self.assertEqual(model.failures, [], screen)
         self.assertEqual((model.main, model.nested), ([], []), screen)
@@ -105,11 +136,7 @@ class EditJourneyTest(ProjectFixture, FakeVendorTestCase):
         self.assertEqual(len(requests), 7)
         self.assertIn("● 7 model calls · 700 in", screen)
         self.assertIn("70 out", screen)
-        status = subprocess.run([sys.executable, os.path.join(BIN, "nagent"), "--status", "--json",
-                                 "--pid", "4242"],
-                                cwd=self.cwd, env=self.env, capture_output=True, text=True,
-                                timeout=60)
-        data = json.loads(status.stdout)
+        data = json.loads(self.run_tool("nagent", "--status", "--json", "--pid", "4242").stdout)
         self.assertEqual((data["model_calls"], data["totals"]["input_tokens"],
                           data["totals"]["output_tokens"]), (7, 700, 70))
         return screen
