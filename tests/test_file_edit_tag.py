@@ -12,12 +12,38 @@ import threading
 import time
 import unittest
 
+import zygote
+from base import BIN
 from fakes import ReplySpec
+from nagent_conversation import ConversationWriter
 from project_fixture import ProjectFixture
 from test_edit_journey import USAGE, edit_project
 from test_loop import NagentRunCase
 
 NESTED_MARK = "Write rules (per-file edit session)"
+
+
+def command_lines(needle):
+    """Command lines of live processes holding `needle`."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                line = handle.read().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if needle in line:
+            found.append(line)
+    return found
+
+
+def wait_for(predicate, seconds):
+    deadline = time.monotonic() + seconds
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
 
 
 def target_of(text):
@@ -105,14 +131,27 @@ class FileEditTagTest(ProjectFixture, NagentRunCase):
         self.assertEqual(len(requests), 3)     # main, the nested session's one call, main
         self.assertEqual((data["totals"]["model_calls"], data["totals"]["output_tokens"]), (3, 30))
         # Its tree was killed: the command it was running is gone.
-        running = []
-        for pid in filter(str.isdigit, os.listdir("/proc")):
-            try:
-                with open(f"/proc/{pid}/cmdline", "rb") as handle:
-                    running.append(handle.read().replace(b"\0", b" ").decode())
-            except OSError:
-                pass
-        self.assertFalse([line for line in running if marker in line], running)
+        self.assertEqual(command_lines(marker), [])
+
+    def test_a_session_ends_when_nagent_is_killed(self):
+        # The session is a fork of nagent: it holds copies of nagent's descriptors (the
+        # conversation's lock among them) and must not outlive it, even killed outright.
+        marker, asked = f"sleep {5000 + os.getpid() % 1000}", threading.Event()
+
+        def nested(target, number):
+            asked.set()
+            return ReplySpec(f"<nagent-shell>{marker}</nagent-shell>", usage=USAGE)
+        self.model(['<nagent-file-edit path="calc.py">\nfix it\n</nagent-file-edit>'], nested)
+        out = os.path.join(self.tmp, "out")
+        driver = zygote.shared().spawn(os.path.join(BIN, "nagent"), ["--pid", "4242", "edit"],
+                                       self.env, self.cwd, out, out)
+        self.assertTrue(asked.wait(60))
+        self.assertTrue(wait_for(lambda: command_lines(marker), 30), "the session never ran")
+        driver.kill()
+        driver.wait(30)
+        self.assertTrue(wait_for(lambda: not command_lines(marker), 30), command_lines(marker))
+        with ConversationWriter(self.default_path("4242"), lock_timeout=5):
+            pass   # nagent's conversation is free again
 
 
 class ChildSettingsTest(unittest.TestCase):

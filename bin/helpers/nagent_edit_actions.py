@@ -24,9 +24,9 @@ Data contract:
   the main conversation runs `nagent-file-edit --file REAL -` (instruction on stdin) as the
   driver's own child (a fork of the driver: its SDK is loaded already), like a sub-agent: the
   driver's environment (the session's credentials), its pid, provider, model and shell settings,
-  depth + 1, agent_timeout, key REAL (two sessions of one file never run at once). A refused
-  target, a per-file session (it edits only its own target) or the depth limit end it with an
-  error result. Its result `<nagent-file-edit-result path conversation tokens_in tokens_out
+  depth + 1, agent_timeout, keyed by the file's id (two sessions of one file, by any of its
+  names, never run at once). A refused target, a per-file session (it edits only its own
+  target) or the depth limit end it with an error result. Its result `<nagent-file-edit-result path conversation tokens_in tokens_out
   calls>` has exit_code, the session's answer (or error) and the diff the driver saw; its totals
   fold into the run's (a session that timed out counts what its conversation recorded meanwhile).
 - `edit_target_of(raw, ctx)`: nagent_write_policy.edit_target under the working directory, the
@@ -51,6 +51,7 @@ from nagent_errors import InputError, NagentError, RefusedError
 from nagent_file_change import (Snapshot, capped, change_since, shown_path, snapshot, summary,
                                 unified_diff)
 from nagent_file_edit_lib import lookup_file_edit
+from nagent_fs import file_id_for_path
 from nagent_paths import within_any
 from nagent_project import find_project
 from nagent_protocol_blocks import result_block
@@ -89,6 +90,14 @@ def short_diff(text):
 
 def _pairs_word(count):
     return f"{count} pair{'s' if count != 1 else ''}"
+
+
+def _file_key(real):
+    """One key per file, whatever link names it: its id (the per-file index's key too)."""
+    try:
+        return file_id_for_path(real)
+    except NagentError:
+        return real
 
 
 # -- <nagent-replace> -----------------------------------------------------------------------------
@@ -169,7 +178,8 @@ def _replace_through_session(action, raw, ctx):
         return error_block("nagent-replace-result", error_text(error), {"path": raw})
     args = ["--file", real, "--replace-file", "-", *delegated_args(ctx), *setting_args(ctx.settings)]
     job = Job(0, f"replace {os.path.basename(real)}", action.body, tuple(args),
-              timeout=ctx.file_tool_timeout, key=real, totals=dict, tool="nagent-file-edit")
+              timeout=ctx.file_tool_timeout, key=_file_key(real), totals=dict,
+              tool="nagent-file-edit")
     state = {}
 
     def start():
@@ -235,8 +245,8 @@ def file_edit_job(action, ctx):
     def totals():
         return difference(_conversation_totals(real, ctx)[0], state.get("totals", {}))
 
-    job = Job(0, f"file {os.path.basename(real)}", action.body.strip(), tuple(args), key=real,
-              totals=totals, tool="nagent-file-edit")
+    job = Job(0, f"file {os.path.basename(real)}", action.body.strip(), tuple(args),
+              key=_file_key(real), totals=totals, tool="nagent-file-edit")
     return Planned(job, lambda result: file_edit_outcome(result, raw, real, state, ctx), start)
 
 
