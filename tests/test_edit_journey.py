@@ -7,21 +7,18 @@ pass, the diffs are on the terminal, and the run's totals equal what the fake ve
 
 `edit_project(case)` and `JourneyModel` are shared with test_edit_route.
 """
-import fcntl
 import json
 import os
 import shutil
-import struct
 import subprocess
 import sys
-import termios
-import threading
 import unittest
 
 import zygote
 from base import BIN, zygote_can_run
 from fakes import FakeVendorTestCase, ReplySpec
 from project_fixture import ProjectFixture
+from ptys import TerminalReader, fresh_terminal
 from unprivileged import outside_dir
 
 USAGE = {"input": 100, "cache_read": 0, "cache_write": 0, "output": 10, "reasoning": 0}
@@ -49,32 +46,18 @@ def on_terminal(args, env, cwd, timeout=120):
     """(exit code, screen) of bin/nagent ARGS with stdin, stdout and stderr on a fresh 120x40
     pseudo-terminal; a child of the suite's zygote when the environment allows (the SDK import
     is the zygote's: the journey's own work is what the test waits for)."""
-    master, slave = os.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+    master, slave = fresh_terminal()
     terminal, script = os.ttyname(slave), os.path.join(BIN, "nagent")
     if zygote_can_run(env):
         child = zygote.shared().spawn(script, args, env, cwd, terminal, terminal, terminal)
     else:
         child = subprocess.Popen([sys.executable, script, *args], stdin=slave, stdout=slave,
                                  stderr=slave, env=env, cwd=cwd)
-    chunks = []
-
-    def read():
-        while True:
-            try:
-                data = os.read(master, 65536)
-            except OSError:   # EIO: every writer closed the terminal
-                return
-            if not data:
-                return
-            chunks.append(data)
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
+    reader = TerminalReader(master)
     code = child.wait(timeout)
     os.close(slave)   # held until the child is done: a pty without any slave open reads EIO
     reader.join(timeout)
-    os.close(master)
-    return code, b"".join(chunks).decode("utf-8", "replace").replace("\r\n", "\n")
+    return code, reader.screen()
 
 
 class JourneyModel:
