@@ -36,8 +36,6 @@ Data contract:
 """
 from collections import namedtuple
 
-from nagent_replace import parse_pairs
-
 OUTPUT_CAP = 16 * 1024
 HOOKED_ACTIONS = ("read", "file-read", "file-patch", "write", "shell", "agent", "replace",
                   "file-edit")
@@ -202,6 +200,8 @@ def action_payload(action, ctx):
     if action.kind == "write":
         payload["content"] = action.body
     elif action.kind == "replace":
+        # Here, not at the top: nagent_stream asks this module before the first request.
+        from nagent_replace import parse_pairs
         payload["pairs"] = [{"old": old, "new": new} for old, new in parse_pairs(action.body)]
     elif action.kind == "file-edit":
         payload["instruction"] = action.body.strip()

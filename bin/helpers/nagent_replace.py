@@ -25,7 +25,6 @@ Data contract:
 - `closest_lines(data, old, count=3) -> [(line number, line text)]`: the file lines most like
   the first non-blank line of `old` (difflib ratio), best first.
 """
-import difflib
 from collections import namedtuple
 
 Pair = namedtuple("Pair", "old new")
@@ -113,6 +112,7 @@ def closest_lines(data, old, count=3):
     wanted = next((line.strip() for line in old.splitlines() if line.strip()), "")
     if not wanted:
         return []
+    import difflib   # only a refusal needs it; the live view imports this module at start-up
     scored = []
     matcher = difflib.SequenceMatcher(autojunk=False)
     matcher.set_seq2(wanted)
