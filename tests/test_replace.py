@@ -226,6 +226,24 @@ class ReplaceRouteTest(ProjectFixture, HermeticTestCase):
         self.assertEqual(self.read(config), b"{}\n")
         self.assertEqual(self.read(self.config_path), b"{}")
 
+    def test_a_link_swapped_into_the_targets_path_redirects_nothing(self):
+        # The session's target is the real path the driver checked: a directory on the way
+        # swapped for a link to elsewhere (a background command can do it, sandboxed or not)
+        # must not make "the target" mean the file over there.
+        target = self.write_file("sub/x.py", "X = 1\n")
+        session = self.file_session(target)
+        other = outside_dir(self)
+        victim = self.write_file(os.path.join(other, "x.py"), "X = 1\n")
+        os.rename(os.path.join(self.project, "sub"), os.path.join(self.project, "sub.old"))
+        os.symlink(other, os.path.join(self.project, "sub"))
+        for text in (replace_tag(target, ("X = 1", "X = 2")),
+                     f'<nagent-write path="{target}">\nX = 3\n</nagent-write>'):
+            with self.subTest(tag=text[:16]):
+                outcome = self.run_action(text, session)
+                self.assertTrue(outcome.failed, outcome.block)
+                self.assertIn("write refused", outcome.block)
+        self.assertEqual(self.read(victim), b"X = 1\n")
+
     def test_the_command_line_forms_for_people_and_scripts(self):
         target = os.path.join(self.project, "calc.py")
         pairs_file = self.write_file(os.path.join(self.tmpdir, "fix.pairs"),

@@ -3,7 +3,8 @@
 Data contract:
 - `WriteMode(kind, target, target_id, segments)` is plain frozen data. kind "main" (the main
   conversation) may write only inside the temp roots. kind "file-edit" may also write the target
-  file (by its realpath), the same file after a rename (an existing path whose "dev:inode",
+  file (`target` is its realpath as recorded when the session started, compared as it is, never
+  resolved again), the same file after a rename (an existing path whose "dev:inode",
   nagent_fs.file_id, equals target_id and whose link count is 1, while the target path itself no
   longer exists), and the realpaths in `segments`: the segment files of splits of the target
   that nagent itself made, as its split registry records them
@@ -182,8 +183,9 @@ def _authorize(final, st, mode, roots, environ, allow_segments):
         return "path is an existing directory"
     if st is not None and not stat.S_ISREG(st.st_mode):
         return "path is not a regular file"
-    is_target_path = (mode.kind == "file-edit" and bool(mode.target)
-                      and final == os.path.realpath(mode.target))
+    # The target is the real path recorded when the session started, never resolved again: a
+    # directory on its way swapped for a link would make "the target" the file the link reaches.
+    is_target_path = mode.kind == "file-edit" and bool(mode.target) and final == mode.target
     if st is not None and st.st_nlink > 1 and not is_target_path:
         return "file has more than one hard link (it would alias another file)"
     if within_any(final, roots):
