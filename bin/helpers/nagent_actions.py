@@ -24,7 +24,7 @@ from dataclasses import replace
 from nagent_action_base import (ActionContext, ActionOutcome, error_block, error_text,  # noqa: F401
                                 hook_refusal, refresh_target_id, resolve_path, write_mode_now)
 from nagent_agents import Job, child_name
-from nagent_batch import Planned, process_batch
+from nagent_action_batch import Planned, process_batch
 from nagent_edit_actions import execute_replace, file_edit_job, observe, observed
 from nagent_errors import NagentError
 from nagent_file_split_lib import READ_SPLIT_THRESHOLD_BYTES
@@ -175,7 +175,7 @@ def agent_outcome(result, attrs):
 
 
 def agent_job(action, ctx):
-    """A sub-agent to start (nagent_batch.Planned), or an error outcome."""
+    """A sub-agent to start (nagent_action_batch.Planned), or an error outcome."""
     name = child_name(ctx.pid)
     attrs = {"conversation": name, "tokens_in": "0", "tokens_out": "0"}
     if ctx.depth + 1 > ctx.max_depth:
@@ -193,7 +193,7 @@ BATCHES = {"agent": agent_job, "file-edit": file_edit_job}
 
 def process_agents(actions, ctx, ready, watch=None, hooks=True):
     """Consecutive <nagent-agent> (or <nagent-file-edit>) actions as one batch
-    (nagent_batch.process_batch): the action hook checks each before any starts, the children
+    (nagent_action_batch.process_batch): the action hook checks each before any starts, the children
     run concurrently, `ready(position, outcome)` gets the outcomes in tag order."""
     process_batch(actions, ctx, ready, BATCHES[actions[0].kind], watch, hooks)
 

@@ -9,7 +9,7 @@ Data contract:
     boundary is a replace of the target);
   * in the main conversation, to any other edit target (`edit_target_of`), through
     `nagent-file-edit --file REAL --replace-file -` with no model call: a
-    nested process (nagent_batch.run_planned; a fork of the driver, nagent_fork) that records it
+    nested process (nagent_action_batch.run_planned; a fork of the driver, nagent_fork) that records it
     in that file's per-file conversation under that session's write authority, outside any
     shell sandbox, within file_tool_timeout.
   The result `<nagent-replace-result path=.. status="ok" [conversation=..]>` says "replaced N
@@ -20,7 +20,7 @@ Data contract:
   written atomically only while the file still holds the bytes it was read as
   (write_file_atomic's expect_sha256): a change racing it is refused, nothing written.
   Raises NagentError (RefusedError "replace refused" with the rule's reason).
-- `file_edit_job(action, ctx) -> nagent_batch.Planned | ActionOutcome`: a <nagent-file-edit> in
+- `file_edit_job(action, ctx) -> nagent_action_batch.Planned | ActionOutcome`: a <nagent-file-edit> in
   the main conversation runs `nagent-file-edit --file REAL -` (instruction on stdin) as the
   driver's own child (a fork of the driver: its SDK is loaded already), like a sub-agent: the
   driver's environment (the session's credentials), its pid, provider, model and shell settings,
@@ -44,7 +44,7 @@ from nagent_accounting import difference
 from nagent_action_base import (ActionOutcome, error_block, error_text, refresh_target_id,
                                 write_mode_now)
 from nagent_agents import Job, delegated_args, setting_args
-from nagent_batch import Planned, run_planned
+from nagent_action_batch import Planned, run_planned
 from nagent_conversation_layout import conversation_path
 from nagent_conversation_tail import read_tail_summary
 from nagent_errors import InputError, NagentError, RefusedError
