@@ -5,23 +5,24 @@ Data contract:
   (tcp://HOST:PORT; SetupError when the package is missing or the scheduler does not answer)
   and has the engine interface of nagent_batch_pool. distributed is imported here only, and
   this module only when the engine is chosen.
-- Each task is one dask task, `run_on_worker(task_json, run_options, topic)`, submitted with
-  pure=False and retries=0: it runs nagent_batch_exec.run_attempt on the worker exactly as the
-  local pool does (a nagent process in its own workspace, the worker's own environment and
-  keys) and returns (Outcome, worker address). What is shipped is the task's JSON
-  (nagent_batch_tasks.task_json: no environment, no key) and the RunOptions; what comes back
-  is the result, the conversation and the other files of the attempt.
+- Each task is one dask task, nagent_batch_run_task (pickled by value: the scheduler
+  needs no nagent), submitted with pure=False and retries=0: it runs
+  nagent_batch_exec.run_attempt on the worker exactly as the local pool does (a nagent process
+  in its own workspace, the worker's own environment and keys). What is shipped is the task's
+  JSON (nagent_batch_tasks.task_json: no environment, no key) and the RunOptions as a dict;
+  what comes back, as plain data (`outcome_of`), is the result, the conversation and the
+  other files of the attempt.
 - "start" and "cost" reports travel as dask worker events on `topic` (Worker.log_event, read
   with Client.subscribe_topic).
 - The coordinator stores each Outcome in the output folder (nagent_batch_store.store, then
   append) and only then asks the worker that ran it to remove the workspace
-  (Client.run(remove_on_worker, workers=[address])): a workspace is removed only once its
+  (Client.run(nagent_batch_remove_workspace, workers=[address])): a workspace is removed only once its
   result is collected. A worker that is gone keeps it (it was on that machine).
 - A worker lost mid-task: the scheduler runs the task again on another worker; when it has
   lost allowed-failures workers (KilledWorker), the task is stored as failed ("lost", with
   dask's reason). A future ends once, so a task's result is stored once.
 - Workspaces are made under RunOptions.workdir, or, when None, under the worker's temporary
-  directory (`nagent-batch-<tag>`): a path of the coordinator's machine means nothing there.
+  directory (`nagent-<tag>`): a path of the coordinator's machine means nothing there.
 """
 import json
 import os
@@ -32,12 +33,14 @@ import nagent_batch_store as store
 import nagent_batch_workspace as workspace
 from nagent_batch_exec import Outcome, RunOptions, new_attempt, new_result, now_iso, run_attempt
 from nagent_batch_tasks import parse_task, task_json, task_sha
+from nagent_batch_workspace import Workspace
 from nagent_errors import SetupError
 
 CONNECT_TIMEOUT = "20s"
 
 
-def run_on_worker(task_text, run_options, topic):
+def run_task(task_text, run_options, topic):
+    """On a worker: one attempt, returned as plain data (see the module docstring)."""
     from distributed import get_worker
     worker = get_worker()
 
@@ -47,18 +50,30 @@ def run_on_worker(task_text, run_options, topic):
     options = RunOptions(**run_options)
     if options.workdir is None:
         options = replace(options, workdir=os.path.join(tempfile.gettempdir(), f"nagent-{options.tag}"))
-    task = parse_task(json.loads(task_text), "/", "task")
-    return run_attempt(task, options, notify), worker.address
+    outcome = run_attempt(parse_task(json.loads(task_text), "/", "task"), options, notify)
+    ws = outcome.workspace
+    return {"result": outcome.result, "files": outcome.files, "address": worker.address,
+            "workspace": None if ws is None else asdict(ws)}
 
 
-def remove_on_worker(ws):
-    return workspace.remove(ws, os.environ)
+def workspace_of(fields):
+    return None if fields is None else Workspace(**dict(fields, ident=tuple(fields["ident"])))
+
+
+def remove_workspace(fields):
+    """On a worker: remove the workspace an attempt left there."""
+    return workspace.remove(workspace_of(fields), os.environ)
 
 
 def lost_outcome(task, reason):
     result = new_result(task.id, new_attempt(), task_sha(task))
     result.update(status="failed", failure="lost", reason=reason, worker=None, ended=now_iso())
     return Outcome(result, {}, None)
+
+
+def outcome_of(data):
+    """The Outcome a worker sent back as plain data (run_task)."""
+    return Outcome(data["result"], data["files"], workspace_of(data.get("workspace")))
 
 
 class DaskEngine:
@@ -71,7 +86,7 @@ class DaskEngine:
         self.distributed, self.options = distributed, options
         self.topic = f"nagent-{options.run.tag}"
         try:
-            self.client = distributed.Client(scheduler, timeout=CONNECT_TIMEOUT, set_as_default=False)
+            self.client = distributed.Client(scheduler, timeout=CONNECT_TIMEOUT)
         except (OSError, TimeoutError, ValueError) as error:
             raise SetupError("cannot reach the dask scheduler", scheduler, str(error) or type(error).__name__) from None
         self.client.subscribe_topic(self.topic, lambda event: push(event[1].get("kind"), event[1]))
@@ -83,7 +98,7 @@ class DaskEngine:
         return max(1, sum(self.client.nthreads().values()))
 
     def submit(self, task):
-        future = self.client.submit(run_on_worker, task_json(task), asdict(self.options.run), self.topic,
+        future = self.client.submit(run_task, task_json(task), asdict(self.options.run), self.topic,
                                     key=f"nagent-batch-{task.id}-{os.urandom(6).hex()}", pure=False,
                                     retries=0)
         self.submitted.add(future)
@@ -101,7 +116,8 @@ class DaskEngine:
             return None
         address = None
         try:
-            outcome, address = handle.result()
+            data = handle.result()
+            outcome, address = outcome_of(data), data["address"]
         except self.distributed.KilledWorker as error:
             outcome = lost_outcome(task, f"dask lost the workers running it: {error}")
         except Exception as error:   # the engine's own failure, recorded as the task's
@@ -109,7 +125,8 @@ class DaskEngine:
         line = store.store(self.options.out, outcome)
         store.append(self.options.out, line)
         if outcome.workspace is not None and address is not None:
-            self.client.run(remove_on_worker, outcome.workspace, workers=[address], on_error="return")
+            self.client.run(remove_workspace, asdict(outcome.workspace), workers=[address],
+                            on_error="return")
         return line
 
     def cancel(self):

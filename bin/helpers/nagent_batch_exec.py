@@ -265,6 +265,17 @@ def interrupted_outcome(data, ws, reason):
     return Outcome(result, files, ws)
 
 
+class _Made:
+    def __init__(self, on_workspace, attempt, conversation):
+        self.on_workspace, self.attempt, self.conversation = on_workspace, attempt, conversation
+        self.workspace = None
+
+    def append(self, ws):
+        self.workspace = ws
+        if self.on_workspace is not None:
+            self.on_workspace(ws, self.attempt, self.conversation)
+
+
 def run_attempt(task, options, notify=None, cancel=None, lock_fd=None, on_workspace=None):
     notify = notify or (lambda kind, **fields: None)
     environ = dict(os.environ)
@@ -274,13 +285,12 @@ def run_attempt(task, options, notify=None, cancel=None, lock_fd=None, on_worksp
     conv_path = conversation_path(conversation, environ)
     result = new_result(task.id, attempt, task_sha(task))
     files, ws, watch, ran = {}, None, None, False
+    made = _Made(on_workspace, attempt, conversation)   # the workspace, even if git then failed
     child_env = git_environ(environ)
     notify("start", id=task.id, attempt=attempt, worker=result["worker"])
     try:
-        ws = workspace.create(task, options.workdir, f"{task.id}.{attempt}", environ)
+        ws = workspace.create(task, options.workdir, f"{task.id}.{attempt}", environ, made.append)
         result["ref"] = ws.base
-        if on_workspace is not None:
-            on_workspace(ws, attempt, conversation)
         if task.setup:
             code, out, stopped = run_command(task.setup, ws.path, options.setup_timeout, child_env,
                                              cancel, lock_fd)
@@ -334,4 +344,4 @@ def run_attempt(task, options, notify=None, cancel=None, lock_fd=None, on_worksp
             files.update(_conversation_files(conv_path))
         result["wall_s"] = round(time.monotonic() - started, 3)
         result["ended"] = now_iso()
-    return Outcome(result, files, ws)
+    return Outcome(result, files, ws or made.workspace)

@@ -8,7 +8,7 @@ Data contract:
   line format), `progress` a terminal stream for the progress line (redrawn in place with a
   carriage return and spaces, no escape sequence), either None.
 - Events (each with "type" and "t", seconds since the batch started): "batch_start" (total,
-  todo, done, engine), "task_start" (id, attempt, worker), "task_end" (id, attempt, status,
+  todo, done, engine), "task_start" (id, attempt, worker: the host, or the dask worker's address), "task_end" (id, attempt, status,
   failure, reason, exit_code, cost_usd, wall_s, conversation), "batch_end" (ok, failed,
   not_started, cost_usd, wall_s, results). A task that starts again elsewhere (a lost worker)
   has a second "task_start" and still one "task_end".
@@ -43,7 +43,7 @@ class Reporter:
     def start(self, fields):
         self.running[fields["id"]] = 0.0
         self.emit("task_start", id=fields["id"], attempt=fields.get("attempt"),
-                  worker=fields.get("worker"))
+                  worker=fields.get("address") or fields.get("worker"))
         self.tick()
 
     def cost_update(self, fields):

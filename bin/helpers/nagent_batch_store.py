@@ -13,6 +13,8 @@ Layout of OUT (one folder to read, grep and archive):
                              started): a task never runs twice at once over one folder
 
 Data contract:
+- `batch_tag(out)` -> "batch-" + 8 hex of the folder's realpath: the prefix of the names of the
+  batch's conversations (`TAG-ID-TOKEN`), so two batches never share one.
 - `read_results(out, stored=False)` -> `Results(latest, lines, cost, warnings)`: `latest`
   maps id -> its last valid line (with `stored`, attempts stored in OUT/tasks but not yet
   collected count too, after the file's lines, oldest first), `lines` every valid line, `cost` the sum of every line's cost_usd (what the
@@ -37,6 +39,7 @@ Data contract:
   nothing and leaves no workspace behind once run again.
 """
 import fcntl
+import hashlib
 import json
 import os
 import re
@@ -57,6 +60,11 @@ class Results:
     lines: tuple
     cost: float
     warnings: tuple
+
+
+def batch_tag(out):
+    """The batch's tag in conversation names: one per output folder."""
+    return "batch-" + hashlib.sha256(os.path.realpath(out).encode("utf-8", "surrogateescape")).hexdigest()[:8]
 
 
 def _valid(line):

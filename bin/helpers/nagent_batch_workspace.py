@@ -1,8 +1,9 @@
 """One task's workspace: a git worktree of a local repository, or a clone of a URL, at the task's ref.
 
 Data contract:
-- `create(task, workdir, name, environ)` -> `Workspace`: makes the directory `workdir/name`
-  itself (os.mkdir: a name already there is an error, never reused), then fills it with
+- `create(task, workdir, name, environ, made=None)` -> `Workspace`: makes the directory
+  `workdir/name` itself (os.mkdir: a name already there is an error, never reused), calls
+  `made(workspace)` before git writes anything (so the caller can record it), then fills it with
   `git worktree add --detach` (a local repo: no branch is created, no ref moves, no hook runs)
   or `git clone` + a detached checkout (a URL). `Workspace.base` is the commit `ref` resolved
   to (the diff's base), `ident` the (st_dev, st_ino) of the directory made, `admin` the
@@ -31,7 +32,7 @@ import shutil
 import stat
 import subprocess
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from nagent_batch_tasks import is_url
 from nagent_errors import NagentError
@@ -96,25 +97,28 @@ def _commit(directory, ref, environ):
     return sha if proc.returncode == 0 and sha else None
 
 
-def create(task, workdir, name, environ):
+def create(task, workdir, name, environ, made=None):
+    url = is_url(task.repo)
+    base = None if url else _commit(task.repo, task.ref, environ)
+    if not url and base is None:
+        raise WorkspaceError("ref not found in the repository", f"{task.ref} in {task.repo}")
     os.makedirs(workdir, mode=0o700, exist_ok=True)
     path = os.path.join(os.path.realpath(workdir), name)
     os.mkdir(path, 0o700)
     st = os.lstat(path)
-    ident = (st.st_dev, st.st_ino)
-    if is_url(task.repo):
+    ws = Workspace(path, "clone" if url else "worktree", task.repo, base or "", (st.st_dev, st.st_ino))
+    if made is not None:
+        made(ws)   # recorded before git writes anything, so a killed batch leaves nothing unknown
+    if url:
         git(path, "clone", "--quiet", "--no-checkout", "--", task.repo, ".", environ=environ)
         base = _commit(path, task.ref, environ) or _commit(path, f"origin/{task.ref}", environ)
         if base is None:
             raise WorkspaceError("ref not found in the clone", task.ref)
         git(path, "checkout", "--quiet", "--detach", base, environ=environ)
-        return Workspace(path, "clone", task.repo, base, ident)
-    base = _commit(task.repo, task.ref, environ)
-    if base is None:
-        raise WorkspaceError("ref not found in the repository", f"{task.ref} in {task.repo}")
+        return replace(ws, base=base)
     with _RepoLock(workdir, task.repo):
         git(task.repo, "worktree", "add", "--detach", "--quiet", path, base, environ=environ)
-    return Workspace(path, "worktree", task.repo, base, ident, _admin_dir(path, task.repo, environ))
+    return replace(ws, admin=_admin_dir(path, task.repo, environ))
 
 
 def _admin_dir(path, repo, environ):

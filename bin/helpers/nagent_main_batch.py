@@ -18,7 +18,6 @@ The output folder (`--out`, default TASKS without .jsonl plus ".out") must be ne
 a batch folder already (results.jsonl, tasks/, work/ or locks/ in it): a batch never
 scatters its files into an unrelated directory.
 """
-import hashlib
 import os
 import sys
 
@@ -116,9 +115,9 @@ def out_folder(args):
 def run_options(args, out, local):
     from nagent_batch_exec import RunOptions
     workdir = os.path.abspath(args.workdir) if args.workdir else (os.path.join(out, "work") if local else None)
-    tag = "batch-" + hashlib.sha256(os.path.realpath(out).encode("utf-8", "surrogateescape")).hexdigest()[:8]
+    from nagent_batch_store import batch_tag
     return RunOptions(workdir=workdir, setup_timeout=args.setup_timeout, check_timeout=args.check_timeout,
-                      task_timeout=args.task_timeout, tag=tag)
+                      task_timeout=args.task_timeout, tag=batch_tag(out))
 
 
 def main(argv=None):
