@@ -6,7 +6,6 @@ give the same results."""
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -17,6 +16,7 @@ from base import BIN, HermeticTestCase, clean_environ
 from batch_fixture import (EXPECTED, Script, comparable, final, git, make_repo, read_lines,
                            six_tasks, write_tasks)
 from fakes import FakeVendor
+from ptys import answer_on_pty
 from test_parallel_agents import own_processes
 
 from nagent_batch_store import batch_tag
@@ -225,13 +225,19 @@ class BatchInputs(HermeticTestCase):
         self.assertCleanError(self.batch("t.jsonl", "--out", "precious"), 2, "holds no batch")
         self.assertEqual(os.listdir("precious"), ["notes.txt"])
 
-    def test_a_setup_that_never_ends_is_ended_at_its_timeout(self):
+    def test_a_setup_that_never_ends_is_ended_at_its_timeout_on_a_terminal(self):
         make_repo(os.path.join(self.cwd, "r"))
         pidfile = os.path.join(self.tmp, "setup.pid")
         write_tasks("t.jsonl", [{"id": "a", "prompt": "p", "repo": "r",
                                  "setup": f"echo $$ > '{pidfile}'; sleep 4321.5 & wait"}])
-        proc = self.batch("t.jsonl", "--setup-timeout", "1")
-        self.assertEqual(proc.returncode, 1, proc.stderr)
+        env = {name: value for name, value in self.env.items() if name != "NAGENT_NO_SPINNER"}
+        code, screen, _ = answer_on_pty([sys.executable, BATCH, "t.jsonl", "--setup-timeout", "1"], env,
+                                        self.cwd, [])
+        screen = screen.decode("utf-8", "replace")
+        self.assertEqual(code, 1, screen)
+        self.assertIn("\rnagent-batch 0/1 done · 0 failed · 1 running · $0.0000 · ETA ?", screen)
+        self.assertIn("  failed a: setup timed out after 1 s", screen)
+        self.assertNotIn("\x1b", screen)                  # a plain line, no escape sequence
         line = read_lines("t.out/results.jsonl")[0]
         self.assertLess(line["wall_s"], 20)
         self.assertEqual((line["failure"], line["reason"], line["calls"]),

@@ -1,7 +1,7 @@
 """What each nagent-batch mode does, as functions returning exit codes (the command module).
 
 Data contract: `run(tasks, args, out, run_options)`, `print_commands(tasks, args, out)`,
-`run_one(args, out, run_options)` and `collect(tasks, out)` take the parsed command line
+`run_one(args, out, run_options)` and `collect(tasks, args, out)` take the parsed command line
 (argparse namespace), print what their mode prints (see nagent_main_batch) and return its
 exit code. Warnings go to stderr as `warning: ...` lines.
 """
@@ -15,6 +15,7 @@ import nagent_batch_store as store
 from nagent_batch_pool import BatchOptions, LocalEngine, Summary, prepare, run_batch, run_here, tally
 from nagent_batch_progress import Reporter, progress_stream
 from nagent_batch_tasks import parse_task, task_json
+from nagent_cli import emit_json
 from nagent_errors import BusyError, UsageError
 from nagent_install import tool_argv
 from nagent_terminal_text import one_line
@@ -23,6 +24,23 @@ from nagent_terminal_text import one_line
 def warn(lines):
     for line in lines:
         sys.stderr.write(f"warning: {line}\n")
+
+
+def summary_document(summary, out, **extra):
+    return dict({"total": summary.total, "ok": summary.ok,
+                 "failed": [{"id": task_id, "reason": reason} for task_id, reason in summary.failed],
+                 "missing": summary.missing, "not_started": summary.not_started, "busy": summary.busy,
+                 "ran": summary.ran, "cost_usd": round(summary.cost, 6), "wall_s": summary.seconds,
+                 "results": os.path.join(out, store.RESULTS), "exit_code": summary.exit_code}, **extra)
+
+
+def report(summary, out, args, **extra):
+    if args.json:
+        emit_json(summary_document(summary, out, **extra))
+    else:
+        text = "".join(f"{key} {value} new result(s)\n" for key, value in extra.items())
+        (sys.stderr if args.events else sys.stdout).write(text + summary_text(summary, out))
+    return summary.exit_code
 
 
 def summary_text(summary, out):
@@ -69,8 +87,7 @@ def run(tasks, args, out, run_options):
     reporter.finish(ok=summary.ok, failed=[task_id for task_id, _ in summary.failed],
                     not_started=summary.not_started, cost_usd=round(summary.cost, 6),
                     wall_s=summary.seconds, results=os.path.join(out, store.RESULTS))
-    (sys.stderr if args.events else sys.stdout).write(summary_text(summary, out))
-    return summary.exit_code
+    return report(summary, out, args)
 
 
 def print_commands(tasks, args, out):
@@ -99,27 +116,33 @@ def run_one(args, out, run_options):
     if task.id != args.run_one:
         raise UsageError("--run-one and the task's id differ", f"{args.run_one} != {task.id}")
     os.makedirs(out, exist_ok=True)
-    todo, _ = store.pending((task,), store.read_results(out, stored=True), args.retry_failed)
+    results = store.read_results(out, stored=True)
+    todo, _ = store.pending((task,), results, args.retry_failed)
     if not todo:
-        sys.stdout.write(f"task {task.id}: already has its result in {out}\n")
+        if args.json:
+            emit_json(dict(results.latest[task.id], skipped="already has its result"))
+        else:
+            sys.stdout.write(f"task {task.id}: already has its result in {out}\n")
         return 0
     line = run_here(task, out, run_options, append=False, patience=0)
     if line is None:
         raise BusyError("the task is running elsewhere", task.id,
                         f"its lock is {os.path.join(out, 'locks', task.id + '.lock')}")
-    text = f"task {task.id}: {line['status']}"
-    if line["reason"]:
-        text += f": {one_line(line['reason'], 200)}"
-    sys.stdout.write(f"{text} ({line['folder']})\n")
+    if args.json:
+        emit_json(line)
+    else:
+        text = f"task {task.id}: {line['status']}"
+        if line["reason"]:
+            text += f": {one_line(line['reason'], 200)}"
+        sys.stdout.write(f"{text} ({line['folder']})\n")
     return 0 if line["status"] == "ok" else 1
 
 
-def collect(tasks, out):
+def collect(tasks, args, out):
     if not os.path.isdir(out):
         raise UsageError("no batch folder to collect from", out)
     added = store.collect(out)
     results = store.read_results(out)
     warn(results.warnings)
     summary = tally(Summary(total=len(tasks), ran=len(added), cost=results.cost), tasks, results.latest)
-    sys.stdout.write(f"collected {len(added)} new result(s)\n" + summary_text(summary, out))
-    return summary.exit_code
+    return report(summary, out, args, collected=len(added))

@@ -33,7 +33,6 @@ import nagent_batch_store as store
 import nagent_batch_workspace as workspace
 from nagent_batch_exec import Outcome, RunOptions, new_attempt, new_result, now_iso, run_attempt
 from nagent_batch_tasks import parse_task, task_json, task_sha
-from nagent_batch_workspace import Workspace
 from nagent_errors import SetupError
 
 CONNECT_TIMEOUT = "20s"
@@ -57,7 +56,7 @@ def run_task(task_text, run_options, topic):
 
 
 def workspace_of(fields):
-    return None if fields is None else Workspace(**dict(fields, ident=tuple(fields["ident"])))
+    return None if fields is None else workspace.Workspace(**dict(fields, ident=tuple(fields["ident"])))
 
 
 def remove_workspace(fields):

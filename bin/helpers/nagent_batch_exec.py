@@ -9,7 +9,8 @@ Data contract:
     (nagent_batch_store): id, attempt, task_sha, status ("ok" | "failed" | "interrupted"),
     failure (None | "workspace" | "setup" | "nagent" | "timeout" | "budget" | "check"),
     reason, exit_code (nagent's), response, calls, tokens {input, output, cache_read,
-    cache_write, reasoning}, cost_usd, wall_s, ref (the base commit), diff (at most DIFF_INLINE
+    cache_write, reasoning}, cost_usd, wall_s (the attempt), nagent_s (its nagent process, None
+    when none ran), ref (the base commit), diff (at most DIFF_INLINE
     characters; diff_truncated says when cut), check {exit_code, timed_out, tail} or None,
     worker (this host), started/ended (UTC ISO).
   * `files` maps names to bytes for the attempt's folder: "conversation" (nagent's file),
@@ -25,7 +26,7 @@ Data contract:
   sets PR_SET_PDEATHSIG (SIGTERM): if the process running the attempt dies (a killed batch, a
   lost dask worker), its nagent ends too instead of spending on as an orphan.
 - Keys: nagent gets this process's environment (the worker's own keys); setup and check get
-  nagent_secrets.scrubbed_env through nagent_project.git_environ (no provider key). Every
+  nagent_secrets.scrubbed_env (no provider key: the one rule for nagent's children). Every
   text but the conversation (nagent redacts its own) is redacted with the keys this
   environment knows.
 - Budget: nagent runs with --events; after each model_call_end the attempt adds the call's
@@ -47,13 +48,12 @@ from dataclasses import dataclass
 
 import nagent_batch_workspace as workspace
 from nagent_batch_tasks import nagent_argv, task_sha
-from nagent_config import known_secrets
+from nagent_config import child_key_names, known_secrets
 from nagent_conversation_layout import conversation_path, state_dir
 from nagent_conversation_tail import read_tail_summary
 from nagent_procs import end_group, end_process_tree
 from nagent_procs import wait as wait_process
-from nagent_project import git_environ
-from nagent_secrets import redact
+from nagent_secrets import redact, scrubbed_env
 
 DIFF_INLINE = 200_000
 TAIL_CHARS = 4000
@@ -143,7 +143,7 @@ class _Watch:
 
     def __init__(self, proc, stream, task, attempt, notify):
         self.proc, self.task, self.attempt, self.notify = proc, task, attempt, notify
-        self.cost, self.over, self.response, self.end = 0.0, False, None, None
+        self.cost, self.over, self.response, self.end, self.seconds = 0.0, False, None, None, None
         self.thread = threading.Thread(target=self._read, args=(stream,), daemon=True)
         self.thread.start()
 
@@ -186,11 +186,13 @@ def run_nagent(task, ws, conversation, pid, options, env, cancel, lock_fd, notif
                                     start_new_session=True, pass_fds=_fds(lock_fd))
         finally:
             os.close(write_end)
+        started = time.monotonic()
         watch = _Watch(proc, os.fdopen(read_end, "r", encoding="utf-8", errors="replace"), task,
                        attempt, notify)
-        stopped = _waited(proc, time.monotonic() + options.task_timeout, cancel)
+        stopped = _waited(proc, started + options.task_timeout, cancel)
         if stopped or watch.over:
             end_process_tree(proc, GRACE, signals=(signal.SIGINT, signal.SIGTERM))
+        watch.seconds = round(time.monotonic() - started, 3)
         watch.thread.join(GRACE)
         return watch, _read_log(err), stopped
 
@@ -229,7 +231,7 @@ def _failure(result, failure, reason):
 def new_result(task_id, attempt, sha):
     return {"id": task_id, "attempt": attempt, "task_sha": sha, "status": "ok",
             "failure": None, "reason": None, "exit_code": None, "response": None, "calls": 0,
-            "tokens": {}, "cost_usd": None, "wall_s": None, "ref": None, "diff": "",
+            "tokens": {}, "cost_usd": None, "wall_s": None, "nagent_s": None, "ref": None, "diff": "",
             "diff_truncated": False, "check": None, "worker": socket.gethostname(),
             "started": now_iso(), "ended": None}
 
@@ -286,7 +288,7 @@ def run_attempt(task, options, notify=None, cancel=None, lock_fd=None, on_worksp
     result = new_result(task.id, attempt, task_sha(task))
     files, ws, watch, ran = {}, None, None, False
     made = _Made(on_workspace, attempt, conversation)   # the workspace, even if git then failed
-    child_env = git_environ(environ)
+    child_env = scrubbed_env(environ, child_key_names(environ))
     notify("start", id=task.id, attempt=attempt, worker=result["worker"])
     try:
         ws = workspace.create(task, options.workdir, f"{task.id}.{attempt}", environ, made.append)
@@ -309,7 +311,7 @@ def run_attempt(task, options, notify=None, cancel=None, lock_fd=None, on_worksp
             ran = True
             files["nagent.log"] = redact(err, secrets).encode("utf-8")
             result["exit_code"] = (watch.end or {}).get("exit_code", watch.proc.returncode)
-            result["response"] = watch.response
+            result["response"], result["nagent_s"] = watch.response, watch.seconds
             if stop == "timeout":
                 _failure(result, "timeout", f"nagent ran past {options.task_timeout:g} s")
             elif watch.over:

@@ -30,7 +30,8 @@ class Reporter:
         self.total, self.done, self.failed, self.cost = total, done, failed, cost
         self.events, self.progress, self.clock = events, progress, clock
         self.origin = clock()
-        self.running = {}      # id -> live cost of its attempt
+        self.running = {}      # id -> (attempt, its live cost)
+        self.ended = set()     # attempts whose end was seen: a late "start" report is stale
         self.finished_now = 0
         self.drawn = 0
 
@@ -41,17 +42,21 @@ class Reporter:
             self.events.flush()
 
     def start(self, fields):
-        self.running[fields["id"]] = 0.0
+        if fields.get("attempt") in self.ended:
+            return
+        self.running[fields["id"]] = (fields.get("attempt"), 0.0)
         self.emit("task_start", id=fields["id"], attempt=fields.get("attempt"),
                   worker=fields.get("address") or fields.get("worker"))
         self.tick()
 
     def cost_update(self, fields):
-        if fields.get("id") in self.running:
-            self.running[fields["id"]] = fields.get("cost_usd") or 0.0
+        attempt = fields.get("attempt")
+        if self.running.get(fields.get("id"), (None,))[0] == attempt:
+            self.running[fields["id"]] = (attempt, fields.get("cost_usd") or 0.0)
             self.tick()
 
     def end(self, line):
+        self.ended.add(line["attempt"])
         self.running.pop(line["id"], None)
         if line["status"] != "interrupted":
             self.finished_now += 1
@@ -65,7 +70,7 @@ class Reporter:
         self.tick()
 
     def spent(self):
-        return self.cost + sum(self.running.values())
+        return self.cost + sum(cost for _attempt, cost in self.running.values())
 
     def eta(self):
         """This run's throughput so far (finished tasks per second, workers included) over

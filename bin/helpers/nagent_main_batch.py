@@ -2,17 +2,18 @@
 conversation, on a local pool (default), a Dask cluster, or as printed commands for any runner.
 
 Data contract: `build_parser()` is the argparse parser; `main(argv) -> exit code`; `run()` is
-main under the shared error convention (nagent_cli.run_main). Modes, one per invocation:
+main under the shared error convention (nagent_cli.run_main; with --json an error is one JSON
+object on stdout too). Modes, one per invocation:
 - run (default): nagent_batch_pool.prepare + run_batch on the local pool (-j N) or, with
   `--engine dask --scheduler ADDR`, nagent_batch_dask (imported only then). Prints a summary
   (stdout; stderr with --events, whose JSON lines own stdout) and the progress line on a
-  terminal. Exit 0 when every task's result is ok, 1 when one failed or has none, 9 when
+  terminal; with --json the summary is one JSON object. Exit 0 when every task's result is ok, 1 when one failed or has none, 9 when
   --max-cost kept tasks from starting, 7 when another process was running one.
 - `--print-commands`: one self-contained line per task still to run (shell-quoted; the task
   itself travels as JSON in `--task`, so the task file is not needed where it runs).
 - `--run-one ID --task JSON --out DIR`: one attempt here, stored in DIR/tasks/ID/ATTEMPT
-  (not appended to results.jsonl: `--collect` does that). Exit 0 ok or already done, 1
-  failed, 7 running elsewhere.
+  (not appended to results.jsonl: `--collect` does that); --json prints its results line.
+  Exit 0 ok or already done, 1 failed, 7 running elsewhere.
 - `--collect`: append the stored attempts results.jsonl lacks; summary as for a run.
 The output folder (`--out`, default TASKS without .jsonl plus ".out") must be new, empty, or
 a batch folder already (results.jsonl, tasks/, work/ or locks/ in it): a batch never
@@ -46,6 +47,8 @@ def build_parser():
     parser.add_argument("--retry-failed", action="store_true", help="run failed tasks again")
     parser.add_argument("--events", action="store_true",
                         help="JSON Lines on stdout: batch_start, task_start, task_end, batch_end")
+    parser.add_argument("--json", action="store_true",
+                        help="print the summary (or --run-one's result) as one JSON object")
     engine = parser.add_argument_group("engine")
     engine.add_argument("--engine", choices=("local", "dask"), default="local",
                         help="local: a pool on this machine (default); dask: a Dask cluster")
@@ -88,6 +91,9 @@ def check_args(args):
         raise UsageError("--engine dask runs the batch itself", "--" + modes[0].replace("_", "-"))
     if args.events and modes:
         raise UsageError("--events applies to a batch run", "--" + modes[0].replace("_", "-"))
+    if args.json and (args.events or args.print_commands):
+        raise UsageError("--json does not go with " + ("--events" if args.events else "--print-commands"),
+                         "--json", "--events prints JSON lines; --print-commands prints shell lines")
     if args.jobs is not None and args.jobs < 1:
         raise UsageError("--jobs must be at least 1", str(args.jobs))
     for name in ("max_cost", "setup_timeout", "check_timeout", "task_timeout"):
@@ -135,12 +141,12 @@ def main(argv=None):
     if args.print_commands:
         return commands.print_commands(tasks, args, out)
     if args.collect:
-        return commands.collect(tasks, out)
+        return commands.collect(tasks, args, out)
     return commands.run(tasks, args, out, run_options(args, out, args.engine == "local"))
 
 
 def run():
-    return run_main(main)
+    return run_main(main, structured=True)
 
 
 if __name__ == "__main__":
