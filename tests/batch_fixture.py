@@ -11,7 +11,8 @@ Data contract:
 - `Script(fake, slow=(), delay=0)`: the fake's reply_fn. A request is told apart by its task
   marker and by how many assistant turns it carries (turn 0: a shell action, then the
   response), so a task run again gets the same answers. `slow` tasks' first call ever waits
-  `delay` seconds. `script.requests(task_id)` -> the records of that task.
+  `delay` seconds. `script.requests(task_id)` -> the records of that task; each record also
+  has "attempt", read from the workspace path nagent's context names.
 - `write_tasks(path, tasks)`, `read_lines(path)` (valid JSON lines only, in order) and
   `final(lines)` (id -> its last line), `comparable(line)` (what two runs of a task must share).
 """
@@ -25,6 +26,7 @@ from fakes import ReplySpec
 
 EXPECTED = {"t1": "ok", "t2": "failed", "t3": "failed", "t4": "ok", "t5": "ok", "t6": "ok"}
 MARK_RE = re.compile(r"TASK-(t\d+)")
+ATTEMPT_RE = re.compile(r"/(t\d+\.\d{8}T\d{6}Z-[0-9a-f]{8})")   # the workspace's name, in nagent's context
 
 
 def git(repo, *args):
@@ -74,6 +76,8 @@ class Script:
         task_id = found.group(1)
         turn = body.count('"role": "assistant"')
         record["task"] = task_id
+        where = ATTEMPT_RE.search(body)
+        record["attempt"] = where.group(1).split(".", 1)[1] if where else None
         with self.lock:
             first = task_id not in self.seen
             self.seen.add(task_id)

@@ -127,6 +127,9 @@ class KilledAndResumedPool(unittest.TestCase):
             self.assertEqual(len(finals), 1, (task_id, finals))
         interrupted = [line for line in lines if line["status"] == "interrupted"]
         self.assertTrue(interrupted, "the kill found no task in flight")
+        for line in interrupted:   # its nagent died with the batch: it asked the model nothing more
+            asked = [r["received"] for r in self.script.requests(line["id"]) if r["attempt"] == line["attempt"]]
+            self.assertTrue(all(when < self.killed_at + 0.5 for when in asked), (line["id"], asked))
         second = [json.loads(line) for line in self.second.stdout.splitlines()]
         started = {event["id"] for event in second if event["type"] == "task_start"}
         self.assertEqual(started, set(EXPECTED) - before)
