@@ -66,18 +66,22 @@ def summary_text(summary, out):
 def run(tasks, args, out, run_options):
     options = BatchOptions(out=out, jobs=args.jobs or (0 if args.engine == "dask" else os.cpu_count() or 2),
                            run=run_options, max_cost=args.max_cost, retry_failed=args.retry_failed)
-    results, todo, notes = prepare(tasks, options)
-    warn(notes)
     events = queue.Queue()
 
     def push(kind, fields):
         events.put((kind, fields))
 
-    if args.engine == "dask":
+    if args.engine == "dask":   # first: an unreachable scheduler changes nothing in the folder
         from nagent_batch_dask import DaskEngine
         engine = DaskEngine(options, push, args.scheduler)
     else:
         engine = LocalEngine(options, push)
+    try:
+        results, todo, notes = prepare(tasks, options)
+    except BaseException:
+        engine.close()
+        raise
+    warn(notes)
     latest = [results.latest[task.id] for task in tasks if task.id in results.latest]
     done = sum(1 for line in latest if line["status"] != "interrupted")
     reporter = Reporter(len(tasks), done, sum(1 for line in latest if line["status"] == "failed"),
