@@ -191,7 +191,9 @@ def run_nagent(task, ws, conversation, pid, options, env, cancel, lock_fd, notif
                        attempt, notify)
         stopped = _waited(proc, started + options.task_timeout, cancel)
         if stopped or watch.over:
-            end_process_tree(proc, GRACE, signals=(signal.SIGINT, signal.SIGTERM))
+            # Past its budget it already had its SIGINT: a second one would be a second Ctrl-C.
+            first = None if watch.over and not stopped else signal.SIGINT
+            end_process_tree(proc, GRACE, signals=(first, signal.SIGTERM))
         watch.seconds = round(time.monotonic() - started, 3)
         watch.thread.join(GRACE)
         return watch, _read_log(err), stopped
@@ -278,6 +280,41 @@ class _Made:
             self.on_workspace(ws, self.attempt, self.conversation)
 
 
+def _run_setup(task, ws, options, env, cancel, lock_fd, result, files, secrets):
+    """-> how it stopped ("timeout", "interrupted" or None); a failed setup fails the result."""
+    code, out, stopped = run_command(task.setup, ws.path, options.setup_timeout, env, cancel, lock_fd)
+    files["setup.log"] = redact(out, secrets).encode("utf-8")
+    if stopped == "timeout":
+        _failure(result, "setup", f"setup timed out after {options.setup_timeout:g} s")
+    elif stopped is None and code != 0:
+        _failure(result, "setup", f"setup exited {code}")
+    return stopped
+
+
+def _run_check(task, ws, options, env, cancel, lock_fd, result, files, secrets):
+    code, out, stopped = run_command(task.check, ws.path, options.check_timeout, env, cancel, lock_fd)
+    out = redact(out, secrets)
+    files["check.log"] = out.encode("utf-8")
+    result["check"] = {"exit_code": code, "timed_out": stopped == "timeout", "tail": tail(out)}
+    if stopped == "timeout":
+        _failure(result, "check", f"check timed out after {options.check_timeout:g} s")
+    elif stopped is None and code != 0:
+        _failure(result, "check", f"check exited {code}")
+    return stopped
+
+
+def _judge_nagent(task, watch, err, stop, options, result, secrets):
+    result["exit_code"] = (watch.end or {}).get("exit_code", watch.proc.returncode)
+    result["response"], result["nagent_s"] = watch.response, watch.seconds
+    if stop == "timeout":
+        _failure(result, "timeout", f"nagent ran past {options.task_timeout:g} s")
+    elif watch.over:
+        _failure(result, "budget", f"cost passed max_cost {task.max_cost:g} USD")
+    elif result["exit_code"] != 0 and stop is None:
+        lines = [line for line in err.splitlines() if line.startswith("Error: ")]
+        _failure(result, "nagent", redact(lines[-1], secrets) if lines else f"nagent exited {result['exit_code']}")
+
+
 def run_attempt(task, options, notify=None, cancel=None, lock_fd=None, on_workspace=None):
     notify = notify or (lambda kind, **fields: None)
     environ = dict(os.environ)
@@ -286,7 +323,7 @@ def run_attempt(task, options, notify=None, cancel=None, lock_fd=None, on_worksp
     conversation = f"{options.tag}-{task.id}-{attempt.rsplit('-', 1)[1]}"[:200]
     conv_path = conversation_path(conversation, environ)
     result = new_result(task.id, attempt, task_sha(task))
-    files, ws, watch, ran = {}, None, None, False
+    files, ws, watch, stop = {}, None, None, None
     made = _Made(on_workspace, attempt, conversation)   # the workspace, even if git then failed
     child_env = scrubbed_env(environ, child_key_names(environ))
     notify("start", id=task.id, attempt=attempt, worker=result["worker"])
@@ -294,55 +331,28 @@ def run_attempt(task, options, notify=None, cancel=None, lock_fd=None, on_worksp
         ws = workspace.create(task, options.workdir, f"{task.id}.{attempt}", environ, made.append)
         result["ref"] = ws.base
         if task.setup:
-            code, out, stopped = run_command(task.setup, ws.path, options.setup_timeout, child_env,
-                                             cancel, lock_fd)
-            files["setup.log"] = redact(out, secrets).encode("utf-8")
-            if stopped == "timeout":
-                _failure(result, "setup", f"setup timed out after {options.setup_timeout:g} s")
-            elif stopped is None and code != 0:
-                _failure(result, "setup", f"setup exited {code}")
-            stop = stopped
-        else:
-            stop = None
+            stop = _run_setup(task, ws, options, child_env, cancel, lock_fd, result, files, secrets)
         if result["failure"] is None and stop is None:
-            nagent_env = dict(environ, NAGENT_NO_SPINNER="1")
-            watch, err, stop = run_nagent(task, ws, conversation, f"b-{attempt}", options, nagent_env,
-                                          cancel, lock_fd, notify, attempt)
-            ran = True
+            watch, err, stop = run_nagent(task, ws, conversation, f"b-{attempt}", options,
+                                          dict(environ, NAGENT_NO_SPINNER="1"), cancel, lock_fd, notify,
+                                          attempt)
             files["nagent.log"] = redact(err, secrets).encode("utf-8")
-            result["exit_code"] = (watch.end or {}).get("exit_code", watch.proc.returncode)
-            result["response"], result["nagent_s"] = watch.response, watch.seconds
-            if stop == "timeout":
-                _failure(result, "timeout", f"nagent ran past {options.task_timeout:g} s")
-            elif watch.over:
-                _failure(result, "budget", f"cost passed max_cost {task.max_cost:g} USD")
-            elif result["exit_code"] != 0 and stop is None:
-                lines = [line for line in err.splitlines() if line.startswith("Error: ")]
-                _failure(result, "nagent", redact(lines[-1], secrets) if lines
-                         else f"nagent exited {result['exit_code']}")
-        if ran or result["failure"] == "setup":
+            _judge_nagent(task, watch, err, stop, options, result, secrets)
+        if watch is not None or result["failure"] == "setup":
             _add_diff(result, files, ws, environ, secrets)
-        if ran and task.check and stop is None:
-            code, out, stopped = run_command(task.check, ws.path, options.check_timeout, child_env,
-                                             cancel, lock_fd)
-            out = redact(out, secrets)
-            files["check.log"] = out.encode("utf-8")
-            result["check"] = {"exit_code": code, "timed_out": stopped == "timeout", "tail": tail(out)}
-            if stopped == "timeout":
-                _failure(result, "check", f"check timed out after {options.check_timeout:g} s")
-            elif stopped is None and code != 0:
-                _failure(result, "check", f"check exited {code}")
-            stop = stop or (stopped if stopped == "interrupted" else None)
+        if watch is not None and task.check and stop is None:
+            if _run_check(task, ws, options, child_env, cancel, lock_fd, result, files, secrets) == "interrupted":
+                stop = "interrupted"
         if stop == "interrupted":
             result.update(status="interrupted", failure=None, reason="the batch was stopped")
     except workspace.WorkspaceError as error:
         _failure(result, "workspace", redact(error.line()[len("Error: "):], secrets))
     finally:
-        _add_totals(result, _totals(watch, conv_path) if ran else {"cost_usd": 0.0})
+        _add_totals(result, _totals(watch, conv_path) if watch else {"cost_usd": 0.0})
         if (task.max_cost is not None and isinstance(result["cost_usd"], (int, float))
                 and result["cost_usd"] > task.max_cost and result["status"] == "ok"):
             _failure(result, "budget", f"cost {result['cost_usd']:g} USD passed max_cost {task.max_cost:g}")
-        if ran:
+        if watch is not None:
             files.update(_conversation_files(conv_path))
         result["wall_s"] = round(time.monotonic() - started, 3)
         result["ended"] = now_iso()

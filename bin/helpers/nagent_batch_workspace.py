@@ -102,10 +102,15 @@ def create(task, workdir, name, environ, made=None):
     base = None if url else _commit(task.repo, task.ref, environ)
     if not url and base is None:
         raise WorkspaceError("ref not found in the repository", f"{task.ref} in {task.repo}")
-    os.makedirs(workdir, mode=0o700, exist_ok=True)
     path = os.path.join(os.path.realpath(workdir), name)
-    os.mkdir(path, 0o700)
-    st = os.lstat(path)
+    try:
+        os.makedirs(workdir, mode=0o700, exist_ok=True)
+        os.mkdir(path, 0o700)
+        st = os.lstat(path)
+    except FileExistsError:
+        raise
+    except OSError as error:
+        raise WorkspaceError("cannot make the workspace", path, error.strerror or str(error)) from None
     ws = Workspace(path, "clone" if url else "worktree", task.repo, base or "", (st.st_dev, st.st_ino))
     if made is not None:
         made(ws)   # recorded before git writes anything, so a killed batch leaves nothing unknown
