@@ -15,7 +15,7 @@ Data contract:
 - `start(fields)`, `cost_update(fields)` (a running attempt's live cost), `end(line)`, `tick()`
   (redraw: the ETA moves), `finish(summary)`. `line()` is the progress text: done/total,
   failed, running, the cost so far (results plus running attempts' live cost) and an ETA from
-  this run's throughput.
+  this run's throughput (counted down between finished tasks).
 """
 import sys
 import time
@@ -33,6 +33,7 @@ class Reporter:
         self.running = {}      # id -> (attempt, its live cost)
         self.ended = set()     # attempts whose end was seen: a late "start" report is stale
         self.finished_now = 0
+        self.last_finish = None   # when this run's latest task finished
         self.drawn = 0
 
     def emit(self, kind, **fields):
@@ -60,6 +61,7 @@ class Reporter:
         self.running.pop(line["id"], None)
         if line["status"] != "interrupted":
             self.finished_now += 1
+            self.last_finish = self.clock()
             self.done += 1
             self.failed += line["status"] == "failed"
         if isinstance(line.get("cost_usd"), (int, float)):
@@ -73,11 +75,12 @@ class Reporter:
         return self.cost + sum(cost for _attempt, cost in self.running.values())
 
     def eta(self):
-        """This run's throughput so far (finished tasks per second, workers included) over
-        the tasks left."""
+        """This run's throughput up to its latest finished task (workers included), over the
+        tasks left, counted down from then: it does not grow while the next task runs."""
         if not self.finished_now:
             return "?"
-        seconds = int((self.clock() - self.origin) / self.finished_now * (self.total - self.done))
+        per_task = (self.last_finish - self.origin) / self.finished_now
+        seconds = max(0, int(self.last_finish + per_task * (self.total - self.done) - self.clock()))
         return f"{seconds // 60}:{seconds % 60:02d}"
 
     def line(self):
