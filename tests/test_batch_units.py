@@ -6,6 +6,7 @@ import os
 from base import HermeticTestCase
 from batch_fixture import git, make_repo, read_lines, write_tasks
 
+import nagent_batch_dask
 import nagent_batch_store as store
 import nagent_batch_workspace as workspace
 from nagent_batch_tasks import Task, load_tasks, nagent_argv, task_sha
@@ -137,3 +138,31 @@ class ResultsFileTest(HermeticTestCase):
         self.assertFalse(os.path.exists(os.path.join(out, "work")))
         proc = self.run_tool("nagent-batch", "--run-one", "b", "--task", task, "--out", out)
         self.assertCleanError(proc, 2, "differ")
+
+
+class LostWorker(Exception):
+    """Stands for distributed's KilledWorker: the scheduler gave up on a task."""
+
+
+class Gone:
+    def __init__(self, error):
+        self.error = error
+
+    def result(self):
+        raise self.error
+
+
+class DaskSettlingTest(HermeticTestCase):
+    def test_a_task_dask_gave_up_on_is_stored_once_as_failed_with_the_reason(self):
+        task = Task(id="t", prompt="p", repo="/r")
+        outcome, address = nagent_batch_dask.settled(Gone(LostWorker("Attempted to run task t on 4 "
+                                                                      "different workers")), task, LostWorker)
+        self.assertIsNone(address)
+        self.assertIsNone(outcome.workspace)
+        self.assertEqual((outcome.result["status"], outcome.result["failure"]), ("failed", "lost"))
+        self.assertIn("dask lost the workers running it: Attempted to run task t on 4", outcome.result["reason"])
+        out = os.path.abspath("out")
+        os.makedirs(out)
+        store.append(out, store.store(out, outcome))
+        self.assertEqual([line["reason"] for line in read_lines(os.path.join(out, "results.jsonl"))],
+                         [outcome.result["reason"]])

@@ -75,6 +75,19 @@ def outcome_of(data):
     return Outcome(data["result"], data["files"], workspace_of(data.get("workspace")))
 
 
+def settled(future, task, killed_worker):
+    """(Outcome, worker address or None) of a finished dask future: what the worker sent, or,
+    when dask gave up on the task (`killed_worker`: it lost allowed-failures workers running
+    it) or the engine failed, a failed Outcome saying so."""
+    try:
+        data = future.result()
+        return outcome_of(data), data["address"]
+    except killed_worker as error:
+        return lost_outcome(task, f"dask lost the workers running it: {error}"), None
+    except Exception as error:   # the engine's own failure, recorded as the task's
+        return lost_outcome(task, f"{type(error).__name__}: {error}"), None
+
+
 class DaskEngine:
     def __init__(self, options, push, scheduler):
         try:
@@ -113,14 +126,7 @@ class DaskEngine:
         self.submitted.discard(handle)
         if self.cancelled:
             return None
-        address = None
-        try:
-            data = handle.result()
-            outcome, address = outcome_of(data), data["address"]
-        except self.distributed.KilledWorker as error:
-            outcome = lost_outcome(task, f"dask lost the workers running it: {error}")
-        except Exception as error:   # the engine's own failure, recorded as the task's
-            outcome = lost_outcome(task, f"{type(error).__name__}: {error}")
+        outcome, address = settled(handle, task, self.distributed.KilledWorker)
         line = store.store(self.options.out, outcome)
         store.append(self.options.out, line)
         if outcome.workspace is not None and address is not None:
