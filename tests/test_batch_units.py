@@ -9,6 +9,8 @@ from batch_fixture import git, make_repo, read_lines, write_tasks
 import nagent_batch_dask
 import nagent_batch_store as store
 import nagent_batch_workspace as workspace
+from nagent_batch_exec import Outcome, RunOptions, new_result
+from nagent_batch_pool import BatchOptions, prepare
 from nagent_batch_tasks import Task, load_tasks, nagent_argv, task_sha
 
 
@@ -118,6 +120,20 @@ class ResultsFileTest(HermeticTestCase):
                                                               attempt="20260101T000001Z-0000000b"),
                                                               separators=(",", ":"))])
         self.assertEqual(self.printed()[0], ["a", "c"])
+
+    def test_a_batch_killed_between_storing_and_appending_loses_nothing(self):
+        a = self.tasks[0]
+        out, attempt = os.path.abspath("t.out"), "20260101T000000Z-0000000a"
+        workdir = os.path.join(out, "work")
+        with self.patched_environ():
+            ws = workspace.create(a, workdir, f"a.{attempt}", self.env,
+                                  lambda made: store.write_manifest(workdir, made, a, attempt, "conv"))
+            store.store(out, Outcome(new_result("a", attempt, task_sha(a)), {}, ws))   # then killed
+            results, todo, _ = prepare(self.tasks, BatchOptions(out, 1, RunOptions(workdir)))
+        self.assertEqual((results.latest["a"]["status"], results.latest["a"]["attempt"]), ("ok", attempt))
+        self.assertEqual(len(results.lines), 1)
+        self.assertEqual([task.id for task in todo], ["b", "c"])
+        self.assertEqual([name for name in os.listdir(workdir) if not name.startswith(".repo-")], [])
 
     def test_the_batch_budget_starts_nothing_past_it(self):
         self.write_results(stored_line("a", "ok", cost=5.0, sha=task_sha(self.tasks[0])))

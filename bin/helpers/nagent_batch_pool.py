@@ -13,9 +13,9 @@ Data contract:
   handles done, `collect(handle, task)` -> the stored results line or None, `cancel()` and
   `close()`; it reports attempts through `push(kind, fields)` ("start", "cost") from any
   thread. `LocalEngine(options, push)` is `options.jobs` threads running `run_here`.
-- `prepare(tasks, options)` -> (results, todo, notes): recovers the attempts a killed batch
-  left under the workdir (nagent_batch_store.recover), merges stored attempts results.jsonl
-  lacks (`collect`), and selects what to run (`pending`).
+- `prepare(tasks, options)` -> (results, todo, notes): merges stored attempts results.jsonl
+  lacks (`collect`), then recovers the attempts a killed batch left unfinished under the
+  workdir (nagent_batch_store.recover), and selects what to run (`pending`).
 - `run_batch(tasks, todo, options, engine, reporter, events)` -> `Summary`: runs `todo`, at
   most `capacity()` at once, and starts no task
   once the folder's spent cost (results plus the live cost of running attempts) reaches
@@ -134,10 +134,10 @@ class LocalEngine:
 def prepare(tasks, options):
     """Recover a killed batch's attempts, merge stored ones; -> (results, todo, notes)."""
     os.makedirs(options.out, exist_ok=True)
+    store.collect(options.out)   # first: an attempt stored but not yet appended is a result
     if options.run.workdir is not None:
         store.recover(options.out, options.run.workdir, dict(os.environ),
                       lambda data, ws: interrupted_outcome(data, ws, INTERRUPTED))
-    store.collect(options.out)
     results = store.read_results(options.out)
     todo, notes = store.pending(tasks, results, options.retry_failed)
     return results, todo, list(results.warnings) + notes

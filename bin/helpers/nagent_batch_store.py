@@ -227,7 +227,7 @@ def recover(out, workdir, environ, make_outcome):
     an "interrupted" result (`make_outcome(data, ws)` -> Outcome) and its workspace removed."""
     recovered = []
     names = sorted(os.listdir(workdir)) if os.path.isdir(workdir) else ()
-    done = {(line["id"], line["attempt"]) for line in read_results(out).lines}
+    done = {(line["id"], line["attempt"]) for line in read_results(out, stored=True).lines}
     for name in names:
         path = os.path.join(workdir, name)
         found = _read_manifest(path) if name.endswith(".json") else None
