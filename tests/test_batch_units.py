@@ -135,6 +135,19 @@ class ResultsFileTest(HermeticTestCase):
         self.assertEqual([task.id for task in todo], ["b", "c"])
         self.assertEqual([name for name in os.listdir(workdir) if not name.startswith(".repo-")], [])
 
+    def test_deleting_a_line_by_hand_runs_the_task_again(self):
+        out = os.path.abspath("t.out")
+        for task in self.tasks[:2]:
+            attempt = f"20260101T000000Z-0000000{task.id}"
+            store.append(out, store.store(out, Outcome(new_result(task.id, attempt, task_sha(task)), {}, None)))
+        self.assertEqual(self.printed()[0], ["c"])
+        with open("t.out/results.jsonl", encoding="utf-8") as handle:
+            kept = [line for line in handle if '"id":"a"' not in line]
+        with open("t.out/results.jsonl", "w", encoding="utf-8") as handle:
+            handle.writelines(kept)
+        self.assertEqual(self.printed()[0], ["a", "c"])
+        self.assertEqual(store.collect(out), [])      # the stored attempt is not brought back
+
     def test_the_batch_budget_starts_nothing_past_it(self):
         self.write_results(stored_line("a", "ok", cost=5.0, sha=task_sha(self.tasks[0])))
         proc = self.run_tool("nagent-batch", "t.jsonl", "--max-cost", "1", "--json")

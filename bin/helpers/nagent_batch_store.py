@@ -6,7 +6,7 @@ Layout of OUT (one folder to read, grep and archive):
                              line of an id is that task's result
     tasks/ID/ATTEMPT/        what one attempt left: result.json (its results line, written
                              last), conversation (+ side/), diff.patch, setup.log, check.log,
-                             nagent.log
+                             nagent.log; .collected once its line is in results.jsonl
     work/                    workspaces of attempts run on this machine (ID.ATTEMPT/) and their
                              manifests (ID.ATTEMPT.json), until collected
     locks/ID.lock            flock held by whatever runs an attempt of ID (and every process it
@@ -29,14 +29,17 @@ Data contract:
 - `store(out, outcome)` writes tasks/ID/ATTEMPT/ (files first, result.json last, each atomic)
   and returns the results line with its paths (relative to OUT): conversation, diff_file,
   folder. `append(out, line)` appends one line under an flock, after a newline if a killed
-  writer left the file without one. `collect(out)` appends the lines of stored attempts
-  (result.json) that results.jsonl lacks: what --run-one processes left; returns them.
+  writer left the file without one, then marks the attempt's folder collected.
+  `collect(out)` appends the lines of stored attempts never appended (no mark: what --run-one
+  processes left, or a batch killed between storing and appending); returns them. A line the
+  user deleted from results.jsonl is not brought back: deleting it runs the task again.
 - `task_lock(out, task_id)` -> an open fd holding the task's flock, or None when held
   elsewhere. `manifest(out, ws, task_id, attempt, conversation)` records a workspace made
   under OUT/work before anything runs in it; `recover(out, tasks)` turns each manifest whose
   task lock is free and whose attempt has no result into an "interrupted" result (the diff,
   the conversation and its totals collected) and removes its workspace: a killed batch loses
-  nothing and leaves no workspace behind once run again.
+  nothing and leaves no workspace behind once run again. An attempt that stored its result
+  (result.json) is never made "interrupted".
 """
 import fcntl
 import hashlib
@@ -52,6 +55,7 @@ from nagent_fs import atomic_write
 STATUSES = ("ok", "failed", "interrupted")
 ATTEMPT_RE = re.compile(r"[0-9]{8}T[0-9]{6}Z-[0-9a-f]{8}")
 RESULTS = "results.jsonl"
+COLLECTED = ".collected"   # in an attempt's folder once its line is in results.jsonl
 
 
 @dataclass(frozen=True)
@@ -93,7 +97,7 @@ def read_results(out, stored=False):
         lines.append(line)
     if stored:
         have = {(line["id"], line["attempt"]) for line in lines}
-        lines += sorted((line for line in _stored_lines(out) if (line["id"], line["attempt"]) not in have),
+        lines += sorted((line for line in _uncollected(out) if (line["id"], line["attempt"]) not in have),
                         key=lambda line: line["attempt"])
     for line in lines:
         latest[line["id"]] = line
@@ -151,14 +155,26 @@ def append(out, line):
         os.fsync(fd)
     finally:
         os.close(fd)
+    _mark_collected(out, line)
 
 
-def _stored_lines(out):
-    """The results lines of every attempt stored in OUT/tasks, collected or not."""
+def _mark_collected(out, line):
+    try:
+        folder = _folder(out, line["id"], line["attempt"])
+    except ValueError:
+        return
+    if os.path.isdir(folder):
+        atomic_write(os.path.join(folder, COLLECTED), b"", 0o600, sync=False)
+
+
+def _uncollected(out):
+    """The results lines of the attempts stored in OUT/tasks whose line was never appended."""
     root = os.path.join(out, "tasks")
     for task_id in sorted(os.listdir(root)) if os.path.isdir(root) else ():
         folder = os.path.join(root, task_id)
         for attempt in sorted(os.listdir(folder)) if os.path.isdir(folder) else ():
+            if os.path.exists(os.path.join(folder, attempt, COLLECTED)):
+                continue
             line = _stored_line(os.path.join(folder, attempt), task_id, attempt)
             if line is not None:
                 yield line
@@ -177,10 +193,13 @@ def _stored_line(folder, task_id, attempt):
 
 def collect(out):
     have = {(line["id"], line["attempt"]) for line in read_results(out).lines}
-    added = sorted((line for line in _stored_lines(out) if (line["id"], line["attempt"]) not in have),
-                   key=lambda line: line["attempt"])
-    for line in added:
-        append(out, line)
+    added = []
+    for line in sorted(_uncollected(out), key=lambda line: line["attempt"]):
+        if (line["id"], line["attempt"]) in have:
+            _mark_collected(out, line)   # appended, then killed before the mark
+        else:
+            append(out, line)
+            added.append(line)
     return added
 
 
@@ -227,7 +246,6 @@ def recover(out, workdir, environ, make_outcome):
     an "interrupted" result (`make_outcome(data, ws)` -> Outcome) and its workspace removed."""
     recovered = []
     names = sorted(os.listdir(workdir)) if os.path.isdir(workdir) else ()
-    done = {(line["id"], line["attempt"]) for line in read_results(out, stored=True).lines}
     for name in names:
         path = os.path.join(workdir, name)
         found = _read_manifest(path) if name.endswith(".json") else None
@@ -240,7 +258,8 @@ def recover(out, workdir, environ, make_outcome):
         if lock is None:
             continue   # still running somewhere
         try:
-            if (data["id"], data["attempt"]) not in done:
+            folder = _folder(out, data["id"], data["attempt"])
+            if _stored_line(folder, data["id"], data["attempt"]) is None:   # no result yet
                 line = store(out, make_outcome(data, ws))
                 append(out, line)
                 recovered.append(line)
