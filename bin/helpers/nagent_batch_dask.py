@@ -94,7 +94,7 @@ class DaskEngine:
             import distributed
         except ImportError:
             raise SetupError("the dask engine needs the distributed package", "distributed",
-                             "pip install 'nagent[batch]' (or python3 -m pip install distributed)") from None
+                             "pip install 'nagent[batch]', or python3 -m pip install distributed") from None
         self.distributed, self.options = distributed, options
         self.topic = f"nagent-{options.run.tag}"
         try:
