@@ -73,7 +73,8 @@ def main(argv=None):
         if not found:
             return None
         if '"role": "assistant"' not in body:
-            return ReplySpec(f"<nagent-shell>echo {found.group(1)} > out.txt</nagent-shell>", delay=args.delay)
+            return ReplySpec(f"<nagent-shell>echo {found.group(1)} > out.txt</nagent-shell>",
+                             delay=args.delay)
         return ReplySpec(f"<nagent-response>task {found.group(1)} done</nagent-response>", delay=args.delay)
 
     fake.reply_fn(reply)

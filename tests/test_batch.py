@@ -128,7 +128,8 @@ class KilledAndResumedPool(unittest.TestCase):
         interrupted = [line for line in lines if line["status"] == "interrupted"]
         self.assertTrue(interrupted, "the kill found no task in flight")
         for line in interrupted:   # its nagent died with the batch: it asked the model nothing more
-            asked = [r["received"] for r in self.script.requests(line["id"]) if r["attempt"] == line["attempt"]]
+            asked = [record["received"] for record in self.script.requests(line["id"])
+                     if record["attempt"] == line["attempt"]]
             self.assertTrue(all(when < self.killed_at + 0.5 for when in asked), (line["id"], asked))
         second = [json.loads(line) for line in self.second.stdout.splitlines()]
         started = {event["id"] for event in second if event["type"] == "task_start"}
@@ -177,7 +178,8 @@ class KilledAndResumedPool(unittest.TestCase):
         self.assertEqual(printed.returncode, 0, printed.stderr)
         commands = printed.stdout.splitlines()
         self.assertEqual(len(commands), 6)
-        self.assertTrue(all("--run-one" in line and "--task" in line and KEY not in line for line in commands))
+        self.assertTrue(all("--run-one" in line and "--task" in line and KEY not in line
+                            for line in commands))
         ran = subprocess.run(["xargs", "-d", "\n", "-n", "1", "-P", "3", "sh", "-c"], input=printed.stdout,
                              env=self.env, capture_output=True, text=True, cwd="/", timeout=300)
         self.assertEqual(ran.returncode, 123, ran.stderr)   # xargs: some command exited 1 (t2, t3)
@@ -186,7 +188,8 @@ class KilledAndResumedPool(unittest.TestCase):
                                    env=self.env, capture_output=True, text=True, cwd=self.root)
         self.assertEqual(collected.returncode, 1, collected.stderr)
         self.assertIn("collected 6 new result(s)", collected.stdout)
-        by_xargs = {key: comparable(line) for key, line in final(read_lines(os.path.join(out, "results.jsonl"))).items()}
+        by_xargs = {key: comparable(line)
+                    for key, line in final(read_lines(os.path.join(out, "results.jsonl"))).items()}
         by_pool = {key: comparable(line) for key, line in final(self.lines()).items()}
         self.assertEqual(by_xargs, by_pool)
         again = subprocess.run([sys.executable, BATCH, self.tasks, "--out", out, "--print-commands"],
@@ -218,7 +221,8 @@ class BatchInputs(HermeticTestCase):
         for task, message in cases:
             write_tasks("t.jsonl", [task])
             self.assertCleanError(self.batch("t.jsonl"), 6, message)
-        write_tasks("t.jsonl", [{"id": "A", "prompt": "p", "repo": "r"}, {"id": "a", "prompt": "p", "repo": "r"}])
+        write_tasks("t.jsonl", [{"id": "A", "prompt": "p", "repo": "r"},
+                                {"id": "a", "prompt": "p", "repo": "r"}])
         self.assertCleanError(self.batch("t.jsonl"), 6, "line 2: task id already used on line 1")
 
     def test_an_out_folder_that_is_no_batch_is_refused(self):

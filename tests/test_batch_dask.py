@@ -101,7 +101,8 @@ class DaskEngineTest(unittest.TestCase):
         names = self.wait_for_workers(address, 2)
         repo = make_repo(os.path.join(self.root, "my repo"))
         os.symlink(repo, os.path.join(self.root, "repo-link"))
-        tasks = write_tasks(os.path.join(self.root, "tasks.jsonl"), six_tasks("my repo", "repo-link", self.outside))
+        tasks = write_tasks(os.path.join(self.root, "tasks.jsonl"),
+                            six_tasks("my repo", "repo-link", self.outside))
         # The coordinator has no vendor to reach and a key of its own that must go nowhere.
         env = dict(clean_environ(), HOME=os.path.join(self.root, "coordinator"), OPENAI_API_KEY=CANARY,
                    OPENAI_BASE_URL=self.fake.url + "/v1", NAGENT_NO_SPINNER="1")
@@ -137,7 +138,8 @@ class DaskEngineTest(unittest.TestCase):
                 self.assertIn(f"TASK-{task_id}", handle.read())
         self.assertEqual(set(self.fake.seen_keys), {"test-openai-key"})
         self.assertNotIn(CANARY, json.dumps(lines))
-        leftovers = os.path.join(self.root, "B", "tmp", f"nagent-{batch_tag(os.path.join(self.root, 'tasks.out'))}")
+        tag = batch_tag(os.path.join(self.root, "tasks.out"))
+        leftovers = os.path.join(self.root, "B", "tmp", f"nagent-{tag}")
         self.assertEqual([name for name in os.listdir(leftovers) if not name.startswith(".repo-")], [])
 
 

@@ -15,8 +15,9 @@ from nagent_batch_tasks import Task, load_tasks, nagent_argv, task_sha
 
 
 def stored_line(task_id, status, cost=0.0, sha=None, attempt="20260101T000000Z-0000000a"):
-    return {"id": task_id, "attempt": attempt, "status": status, "failure": None if status == "ok" else "check",
-            "reason": None, "cost_usd": cost, "task_sha": sha}
+    return {"id": task_id, "attempt": attempt, "status": status,
+            "failure": None if status == "ok" else "check", "reason": None, "cost_usd": cost,
+            "task_sha": sha}
 
 
 class WorkspaceTest(HermeticTestCase):
@@ -113,7 +114,8 @@ class ResultsFileTest(HermeticTestCase):
         self.assertIn("line 4 is not a result", warnings)
         self.assertIn("task c changed since its result", warnings)
         self.assertEqual(self.printed("--retry-failed")[0], ["b", "c"])
-        store.append(os.path.abspath("t.out"), stored_line("a", "interrupted", attempt="20260101T000001Z-0000000b"))
+        store.append(os.path.abspath("t.out"),
+                     stored_line("a", "interrupted", attempt="20260101T000001Z-0000000b"))
         with open("t.out/results.jsonl", encoding="utf-8") as handle:
             self.assertEqual(handle.read().splitlines()[-2:],
                              ['{"id": "a", "sta', json.dumps(stored_line("a", "interrupted",
@@ -139,7 +141,8 @@ class ResultsFileTest(HermeticTestCase):
         out = os.path.abspath("t.out")
         for task in self.tasks[:2]:
             attempt = f"20260101T000000Z-0000000{task.id}"
-            store.append(out, store.store(out, Outcome(new_result(task.id, attempt, task_sha(task)), {}, None)))
+            outcome = Outcome(new_result(task.id, attempt, task_sha(task)), {}, None)
+            store.append(out, store.store(out, outcome))
         self.assertEqual(self.printed()[0], ["c"])
         with open("t.out/results.jsonl", encoding="utf-8") as handle:
             kept = [line for line in handle if '"id":"a"' not in line]
@@ -189,7 +192,8 @@ class DaskSettlingTest(HermeticTestCase):
         self.assertIsNone(address)
         self.assertIsNone(outcome.workspace)
         self.assertEqual((outcome.result["status"], outcome.result["failure"]), ("failed", "lost"))
-        self.assertIn("dask lost the workers running it: Attempted to run task t on 4", outcome.result["reason"])
+        self.assertIn("dask lost the workers running it: Attempted to run task t on 4",
+                      outcome.result["reason"])
         out = os.path.abspath("out")
         os.makedirs(out)
         store.append(out, store.store(out, outcome))

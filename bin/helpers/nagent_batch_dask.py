@@ -100,7 +100,8 @@ class DaskEngine:
         try:
             self.client = distributed.Client(scheduler, timeout=CONNECT_TIMEOUT)
         except (OSError, TimeoutError, ValueError) as error:
-            raise SetupError("cannot reach the dask scheduler", scheduler, str(error) or type(error).__name__) from None
+            raise SetupError("cannot reach the dask scheduler", scheduler,
+                             str(error) or type(error).__name__) from None
         self.client.subscribe_topic(self.topic, lambda event: push(event[1].get("kind"), event[1]))
         self.submitted, self.cancelled = set(), False
 

@@ -312,7 +312,8 @@ def _judge_nagent(task, watch, err, stop, options, result, secrets):
         _failure(result, "budget", f"cost passed max_cost {task.max_cost:g} USD")
     elif result["exit_code"] != 0 and stop is None:
         lines = [line for line in err.splitlines() if line.startswith("Error: ")]
-        _failure(result, "nagent", redact(lines[-1], secrets) if lines else f"nagent exited {result['exit_code']}")
+        _failure(result, "nagent",
+                 redact(lines[-1], secrets) if lines else f"nagent exited {result['exit_code']}")
 
 
 def run_attempt(task, options, notify=None, cancel=None, lock_fd=None, on_workspace=None):
@@ -341,8 +342,8 @@ def run_attempt(task, options, notify=None, cancel=None, lock_fd=None, on_worksp
         if watch is not None or result["failure"] == "setup":
             _add_diff(result, files, ws, environ, secrets)
         if watch is not None and task.check and stop is None:
-            if _run_check(task, ws, options, child_env, cancel, lock_fd, result, files, secrets) == "interrupted":
-                stop = "interrupted"
+            checked = _run_check(task, ws, options, child_env, cancel, lock_fd, result, files, secrets)
+            stop = "interrupted" if checked == "interrupted" else stop
         if stop == "interrupted":
             result.update(status="interrupted", failure=None, reason="the batch was stopped")
     except workspace.WorkspaceError as error:

@@ -8,8 +8,9 @@ Data contract:
   line format), `progress` a terminal stream for the progress line (redrawn in place with a
   carriage return and spaces, no escape sequence), either None.
 - Events (each with "type" and "t", seconds since the batch started): "batch_start" (total,
-  todo, done, engine), "task_start" (id, attempt, worker: the host, or the dask worker's address), "task_end" (id, attempt, status,
-  failure, reason, exit_code, cost_usd, wall_s, conversation), "batch_end" (ok, failed,
+  todo, done), "task_start" (id, attempt, worker: the host, or the dask worker's address),
+  "task_end" (id, attempt, status, failure, reason, exit_code, cost_usd, wall_s,
+  conversation), "batch_end" (ok, failed,
   not_started, cost_usd, wall_s, results). A task that starts again elsewhere (a lost worker)
   has a second "task_start" and still one "task_end".
 - `start(fields)`, `cost_update(fields)` (a running attempt's live cost), `end(line)`, `tick()`

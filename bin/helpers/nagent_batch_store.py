@@ -16,12 +16,12 @@ Data contract:
 - `batch_tag(out)` -> "batch-" + 8 hex of the folder's realpath: the prefix of the names of the
   batch's conversations (`TAG-ID-TOKEN`), so two batches never share one.
 - `read_results(out, stored=False)` -> `Results(latest, lines, cost, warnings)`: `latest`
-  maps id -> its last valid line (with `stored`, attempts stored in OUT/tasks but not yet
-  collected count too, after the file's lines, oldest first), `lines` every valid line, `cost` the sum of every line's cost_usd (what the
-  folder has spent), `warnings` one text per line that is not a result (hand edits, a line
-  cut by a kill): such lines are skipped, so their task counts as not done. A line is valid
-  when it is a JSON object with a task id (nagent_batch_tasks.TASK_ID_RE), an attempt and a
-  status of STATUSES.
+  maps id -> its last valid line (with `stored`, attempts stored in OUT/tasks but never
+  appended count too, after the file's lines, oldest first), `lines` every valid line, `cost`
+  the sum of every line's cost_usd (what the folder has spent), `warnings` one text per line
+  that is not a result (hand edits, a line cut by a kill): such lines are skipped, so their
+  task counts as not done. A line is valid when it is a JSON object with a task id
+  (nagent_batch_tasks.TASK_ID_RE), an attempt and a status of STATUSES.
 - `pending(tasks, results, retry_failed)` -> (tasks to run, notes): a task runs when it has
   no result, its last one is "interrupted", it failed and `retry_failed`, or its result was
   for a different definition (task_sha differs; a note says so). A result with no task_sha
@@ -34,12 +34,14 @@ Data contract:
   processes left, or a batch killed between storing and appending); returns them. A line the
   user deleted from results.jsonl is not brought back: deleting it runs the task again.
 - `task_lock(out, task_id)` -> an open fd holding the task's flock, or None when held
-  elsewhere. `manifest(out, ws, task_id, attempt, conversation)` records a workspace made
-  under OUT/work before anything runs in it; `recover(out, tasks)` turns each manifest whose
-  task lock is free and whose attempt has no result into an "interrupted" result (the diff,
-  the conversation and its totals collected) and removes its workspace: a killed batch loses
-  nothing and leaves no workspace behind once run again. An attempt that stored its result
-  (result.json) is never made "interrupted".
+  elsewhere. `write_manifest(workdir, ws, task, attempt, conversation)` records a workspace
+  made under the workdir before git writes anything in it (`manifest_path(workdir, task_id,
+  attempt)`). `recover(out, workdir, environ, make_outcome)` turns each manifest whose task
+  lock is free and whose attempt stored no result into an "interrupted" result
+  (`make_outcome(manifest, ws)`: the diff, the conversation and its totals), and removes its
+  workspace: a killed batch loses nothing and leaves no workspace behind once run again. An
+  attempt that stored its result (result.json) is never made "interrupted". A manifest naming
+  a directory outside the workdir is ignored.
 """
 import fcntl
 import hashlib
@@ -133,8 +135,10 @@ def store(out, outcome):
     for name, data in sorted(outcome.files.items()):
         atomic_write(os.path.join(folder, name), data, 0o600, sync=False)
     relative = os.path.relpath(folder, out)
-    result.update(folder=relative, diff_file=os.path.join(relative, "diff.patch") if "diff.patch" in outcome.files else None,
-                  conversation=os.path.join(relative, "conversation") if "conversation" in outcome.files else None)
+    result.update({"folder": relative, "diff_file": None, "conversation": None})
+    for key, name in (("diff_file", "diff.patch"), ("conversation", "conversation")):
+        if name in outcome.files:
+            result[key] = os.path.join(relative, name)
     atomic_write(os.path.join(folder, "result.json"), _line(result).encode("utf-8"), 0o600)
     return result
 

@@ -7,8 +7,9 @@ object on stdout too). Modes, one per invocation:
 - run (default): nagent_batch_pool.prepare + run_batch on the local pool (-j N) or, with
   `--engine dask --scheduler ADDR`, nagent_batch_dask (imported only then). Prints a summary
   (stdout; stderr with --events, whose JSON lines own stdout) and the progress line on a
-  terminal; with --json the summary is one JSON object. Exit 0 when every task's result is ok, 1 when one failed or has none, 9 when
-  --max-cost kept tasks from starting, 7 when another process was running one.
+  terminal; with --json the summary is one JSON object. Exit 0 when every task's result is
+  ok, 1 when one failed or has none, 9 when --max-cost kept tasks from starting, 7 when
+  another process was running one.
 - `--print-commands`: one self-contained line per task still to run (shell-quoted; the task
   itself travels as JSON in `--task`, so the task file is not needed where it runs).
 - `--run-one ID --task JSON --out DIR`: one attempt here, stored in DIR/tasks/ID/ATTEMPT
@@ -120,7 +121,9 @@ def out_folder(args):
 
 def run_options(args, out, local):
     from nagent_batch_exec import RunOptions
-    workdir = os.path.abspath(args.workdir) if args.workdir else (os.path.join(out, "work") if local else None)
+    workdir = os.path.abspath(args.workdir) if args.workdir else None
+    if workdir is None and local:
+        workdir = os.path.join(out, "work")
     from nagent_batch_store import batch_tag
     return RunOptions(workdir=workdir, setup_timeout=args.setup_timeout, check_timeout=args.check_timeout,
                       task_timeout=args.task_timeout, tag=batch_tag(out))
