@@ -5,6 +5,7 @@ Its task must end exactly once, on worker B, and nothing A started may live on."
 import importlib.util
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -87,18 +88,26 @@ class DaskEngineTest(unittest.TestCase):
                 time.sleep(0.05)
         self.fail("the dask scheduler did not start")
 
-    def wait_for_workers(self, address, count):
-        from distributed import Client
-        with Client(address, timeout="60s", set_as_default=False) as client:
-            client.wait_for_workers(count, timeout=60)
-            return {info["name"]: worker for worker, info in client.scheduler_info()["workers"].items()}
+    def registered(self, proc, seconds=60):
+        """The address of the worker `proc`, once its log says it registered with the scheduler
+        (read from the log: the test process never imports distributed)."""
+        log = os.path.join(self.root, f"{self.procs.index(proc)}.log")
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline and proc.poll() is None:
+            with open(log, encoding="utf-8", errors="replace") as handle:
+                text = handle.read()
+            found = re.search(r"Start worker at:\s+(\S+)", text)
+            if found and "Registered to:" in text:
+                return found.group(1)
+            time.sleep(0.05)
+        self.fail("a dask worker did not register\n" + self.logs())
 
     def test_six_tasks_on_two_workers_one_killed_mid_task(self):
         address = self.scheduler()
         worker = [sys.executable, "-m", "dask", "worker", address, "--no-nanny", "--no-dashboard"]
         killed = self.start(worker + ["--nthreads", "1", "--name", "A"], self.worker_env("A", self.stalled))
-        self.start(worker + ["--nthreads", "3", "--name", "B"], self.worker_env("B", self.fake))
-        names = self.wait_for_workers(address, 2)
+        kept = self.start(worker + ["--nthreads", "3", "--name", "B"], self.worker_env("B", self.fake))
+        names = {"A": self.registered(killed), "B": self.registered(kept)}
         repo = make_repo(os.path.join(self.root, "my repo"))
         os.symlink(repo, os.path.join(self.root, "repo-link"))
         tasks = write_tasks(os.path.join(self.root, "tasks.jsonl"),
