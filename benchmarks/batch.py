@@ -7,7 +7,9 @@ among 4 workers). Scenarios: `-j 1` (serial) and `-j 4`, each a fresh output fol
 Figures: wall time of each, their ratio (target: 4 workers ≤ 0.35× serial), and the
 coordinator's own overhead per task: (serial wall − the sum of the nagent processes' own time,
 results' nagent_s) / tasks, i.e. worktree add and remove, diff, storing the attempt, process
-start-up and bookkeeping. Prints a table; asserts nothing.
+start-up and bookkeeping; and nagent-batch's own CPU time per task (its --json
+coordinator_cpu_s: its threads, not the processes it starts), which load barely moves.
+Prints a table; asserts nothing.
 
 Run: python3 benchmarks/batch.py [--tasks 20] [--delay 2] [--jobs 4]
 `main(argv) -> rows` returns the figures as dicts (run_all.py reads them).
@@ -48,7 +50,7 @@ def run_batch(root, env, tasks_file, jobs, name):
     out = os.path.join(root, name)
     started = time.monotonic()
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "bin", "nagent-batch"), tasks_file,
-                           "--out", out, "-j", str(jobs)], env=env, cwd=root, capture_output=True,
+                           "--out", out, "-j", str(jobs), "--json"], env=env, cwd=root, capture_output=True,
                           text=True, timeout=1800)
     wall = time.monotonic() - started
     with open(os.path.join(out, "results.jsonl"), encoding="utf-8") as handle:
@@ -56,7 +58,7 @@ def run_batch(root, env, tasks_file, jobs, name):
     bad = [line["id"] for line in lines if line["status"] != "ok" or line["calls"] != 2]
     if proc.returncode != 0 or bad:
         raise RuntimeError(f"batch -j {jobs} failed ({proc.returncode}, {bad}): {proc.stderr[-300:]}")
-    return wall, lines
+    return wall, lines, json.loads(proc.stdout)["coordinator_cpu_s"]
 
 
 def main(argv=None):
@@ -87,10 +89,10 @@ def main(argv=None):
                 handle.write(json.dumps({"id": f"t{number}", "repo": "repo",
                                          "prompt": f"BENCH-TASK-{number}: write out.txt"}) + "\n")
         env = dict(clean_environ(), HOME=home, NAGENT_CONFIG=config, NAGENT_NO_SPINNER="1", **fake.env())
-        serial, lines = run_batch(root, env, tasks_file, 1, "serial")
+        serial, lines, cpu = run_batch(root, env, tasks_file, 1, "serial")
         nagent_total = sum(line["nagent_s"] for line in lines)
         attempt_total = sum(line["wall_s"] for line in lines)
-        pool, _ = run_batch(root, env, tasks_file, args.jobs, "pool")
+        pool, _, _ = run_batch(root, env, tasks_file, args.jobs, "pool")
     finally:
         fake.stop()
         shutil.rmtree(root, ignore_errors=True)
@@ -98,11 +100,13 @@ def main(argv=None):
            "pool_s": round(pool, 2), "ratio": round(pool / serial, 3),
            "overhead_ms": round((serial - nagent_total) / args.tasks * 1000, 1),
            "attempt_overhead_ms": round((attempt_total - nagent_total) / args.tasks * 1000, 1),
+           "coordinator_cpu_ms": round(cpu / args.tasks * 1000, 1),
            "nagent_s": round(nagent_total / args.tasks, 2)}
     print(f"{args.tasks} tasks x 2 calls ({args.delay:g} s each): serial {row['serial_s']:.1f} s, "
           f"-j {args.jobs} {row['pool_s']:.1f} s = {row['ratio']:.2f}x serial (target <= {TARGET}x)")
-    print(f"per task: nagent {row['nagent_s']:.2f} s; coordinator overhead {row['overhead_ms']:.0f} ms "
-          f"(of which inside the attempt: worktree, diff, wrapper {row['attempt_overhead_ms']:.0f} ms)")
+    print(f"per task: nagent {row['nagent_s']:.2f} s; coordinator overhead {row['overhead_ms']:.0f} ms wall "
+          f"(of which inside the attempt: worktree, diff, wrapper {row['attempt_overhead_ms']:.0f} ms), "
+          f"{row['coordinator_cpu_ms']:.0f} ms of nagent-batch's own CPU")
     return [row]
 
 

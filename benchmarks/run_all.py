@@ -246,8 +246,9 @@ def summarize_batch(rows, _text, table):
                   f"-j {row['jobs']} / serial",
                   f"{row['pool_s']:.1f} / {row['serial_s']:.1f} s = {row['ratio']:.2f}×",
                   f"≤ {BATCH_TARGET:g}×", row["ratio"] <= BATCH_TARGET)
-        table.add("nagent-batch: coordinator overhead per task (serial wall − nagent's own time)",
-                  f"{row['overhead_ms']:.0f} ms")
+        table.add("nagent-batch: coordinator overhead per task (serial wall − nagent's own time; "
+                  "nagent-batch's own CPU)",
+                  f"{row['overhead_ms']:.0f} ms; {row['coordinator_cpu_ms']:.0f} ms CPU")
 
 
 def summarize_context(rows, _text, table):

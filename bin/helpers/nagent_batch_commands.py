@@ -3,11 +3,14 @@
 Data contract: `run(tasks, args, out, run_options)`, `print_commands(tasks, args, out)`,
 `run_one(args, out, run_options)` and `collect(tasks, args, out)` take the parsed command line
 (argparse namespace), print what their mode prints (see nagent_main_batch) and return its
-exit code. Warnings go to stderr as `warning: ...` lines.
+exit code. Warnings go to stderr as `warning: ...` lines. The --json summary also carries
+`coordinator_cpu_s`: the CPU time of nagent-batch itself (its threads, none of the processes it
+started).
 """
 import json
 import os
 import queue
+import resource
 import shlex
 import sys
 
@@ -27,11 +30,13 @@ def warn(lines):
 
 
 def summary_document(summary, out, **extra):
+    own = resource.getrusage(resource.RUSAGE_SELF)   # this process's threads, not its children
     return dict({"total": summary.total, "ok": summary.ok,
                  "failed": [{"id": task_id, "reason": reason} for task_id, reason in summary.failed],
                  "missing": summary.missing, "not_started": summary.not_started, "busy": summary.busy,
                  "ran": summary.ran, "cost_usd": round(summary.cost, 6), "wall_s": summary.seconds,
-                 "results": os.path.join(out, store.RESULTS), "exit_code": summary.exit_code}, **extra)
+                 "results": os.path.join(out, store.RESULTS), "exit_code": summary.exit_code,
+                 "coordinator_cpu_s": round(own.ru_utime + own.ru_stime, 3)}, **extra)
 
 
 def report(summary, out, args, **extra):
