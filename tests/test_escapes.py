@@ -316,6 +316,30 @@ class HookPathTest(HermeticTestCase):
                          ("file-patch", index, source))
 
 
+    def test_replace_and_file_edit_use_the_file_the_hook_saw(self):
+        # The edit tags merged from issue 20 pin their file the same way.
+        self.protected = os.path.join(self.tmpdir, "protected")
+        self.write_file(os.path.join(self.protected, "f.txt"), "old text\n")
+        self.write_file(os.path.join(self.tmpdir, "ok", "f.txt"), "old text\n")
+        self.env["PROTECTED"] = self.protected
+        link = os.path.join(self.tmpdir, "dir")
+        self.env["SWAP_LINK"] = link
+        for text in (f'<nagent-replace path="{link}/f.txt">\n<old>old text</old>\n'
+                     '<new>new text</new>\n</nagent-replace>',
+                     f'<nagent-file-edit path="{link}/f.txt">change it</nagent-file-edit>'):
+            for name in (link, link + ".next"):
+                if os.path.lexists(name):
+                    os.unlink(name)
+            os.symlink(os.path.join(self.tmpdir, "ok"), link)
+            os.symlink(self.protected, link + ".next")
+            outcome = self.act(text)
+            self.assertIn("changed after the action hook", outcome.block)
+            with open(os.path.join(self.protected, "f.txt"), encoding="utf-8") as handle:
+                self.assertEqual(handle.read(), "old text\n")
+            self.assertEqual(self.payloads()[-1]["resolved_path"],
+                             os.path.join(self.tmpdir, "ok", "f.txt"))
+
+
 class PatchSwapTest(HermeticTestCase):
     """Adversarial pass: a directory on the way to a patch's source swapped for a link (to a
     copy of the source elsewhere, so every hash still matches) while nagent-file-patch runs."""
@@ -341,3 +365,4 @@ class PatchSwapTest(HermeticTestCase):
         with open(victim, encoding="utf-8") as handle:
             self.assertEqual(handle.read(), text)   # nothing written outside
         self.assertIn("link", str(caught.exception.line()))
+

@@ -6,7 +6,8 @@ target's real path, and the action works on the pinned object.
 
 Data contract:
 - `Target(real, fd, problem, source)`; `pin_target(action, ctx) -> Target | None` (None for the
-  actions without a file: shell, agent, next). Paths are relative to ctx.cwd.
+  actions without a file: shell, agent, next). Paths are relative to ctx.cwd
+  (nagent_action_base.resolve_path).
   - read, file-read: a regular file is opened once (O_NONBLOCK: a FIFO swapped in never blocks);
     `fd` is that descriptor, which the handler reads (never the path again), and `real` the
     opened file's own path (nagent_fs.opened_path: links and ".." resolved). Anything else gets
@@ -16,25 +17,21 @@ Data contract:
     component as written): the writer refuses when the path resolves to anything else by then.
   - file-patch: `real` is the index's realpath; `source` the file nagent's split registry says the
     patch replaces (None: not a split nagent made); the patch refuses any other source.
-- `action_path(raw, ctx)`: the model's path made absolute against ctx.cwd, lexically (what the
-  result texts show; the hook gets `real`).
+  - replace, file-edit: `real` is the realpath of the file the edit changes; the edit refuses
+    when the path resolves to another file by the time it is applied or its session starts.
 - `release(target)` closes the descriptor; call it once per pinned target (None is fine).
 """
 import os
 import stat
 from collections import namedtuple
 
+from nagent_action_base import resolve_path
 from nagent_errors import NagentError
 from nagent_file_tools import registered_source
 from nagent_fs import opened_path
 from nagent_write_policy import resolve_write_target
 
 Target = namedtuple("Target", "real fd problem source", defaults=(None, None, None))
-
-
-def action_path(raw, ctx):
-    """A path as the model wrote it, made absolute against ctx.cwd (lexically: normpath)."""
-    return os.path.normpath(raw if os.path.isabs(raw) else os.path.join(ctx.cwd, raw))
 
 
 def _problem(path):
@@ -69,15 +66,18 @@ def pin_read(path):
 def pin_target(action, ctx):
     kind = action.kind
     if kind in ("read", "file-read"):
-        return pin_read(action_path(action.attr("path", ""), ctx))
+        return pin_read(resolve_path(action.attr("path", ""), ctx))
     if kind == "write":
         raw = action.attr("path", "")
         try:
             return Target(resolve_write_target(raw, ctx.cwd))
         except NagentError:   # the write refuses it anyway; show the hook the plain resolution
-            return Target(os.path.realpath(action_path(raw, ctx)) if "\x00" not in raw else raw)
+            return Target(os.path.realpath(resolve_path(raw, ctx)) if "\x00" not in raw else raw)
+    if kind in ("replace", "file-edit"):
+        raw = resolve_path(action.attr("path", ""), ctx)
+        return Target(raw if "\x00" in raw else os.path.realpath(raw))
     if kind == "file-patch":
-        index = action_path(action.attr("index", ""), ctx)
+        index = resolve_path(action.attr("index", ""), ctx)
         if "\x00" in index:
             return Target(index)
         try:

@@ -31,9 +31,10 @@ Data contract:
   swapped in after the path was checked) is never followed: OSError ELOOP/ENOTDIR, with
   `filename` the component. A missing component is created (0700) when `make(component path)`
   says so, else ENOENT.
-- `write_in_dir(dir_fd, name, data, mode=None)`: `data` replaces (or creates) entry `name` of
-  that open directory atomically (a temp file there, fsync, rename, fsync of the directory),
-  with permission bits `mode` (None: 0o666 minus the umask).
+- `write_in_dir(dir_fd, name, data, mode=None, check=None)`: `data` replaces (or creates) entry
+  `name` of that open directory atomically (a temp file there, fsync, rename, fsync of the
+  directory), with permission bits `mode` (None: 0o666 minus the umask); `check()`, called right
+  before the rename, may raise to stop (the temp file is removed).
 - `replace_nofollow(path, data, check=None)`: the regular file at the resolved `path` is
   replaced with `data` through its directory opened by open_dir_nofollow, keeping its
   permission bits; `check(current bytes)`, read through that same directory, may raise to
@@ -181,7 +182,7 @@ def open_dir_nofollow(path, make=None):
         raise
 
 
-def write_in_dir(dir_fd, name, data, mode=None):
+def write_in_dir(dir_fd, name, data, mode=None, check=None):
     mode = 0o666 & ~_umask() if mode is None else mode
     temp_name = f".nagent-{os.urandom(8).hex()}.tmp"
     try:
@@ -195,6 +196,8 @@ def write_in_dir(dir_fd, name, data, mode=None):
             os.fsync(fd)
         finally:
             os.close(fd)
+        if check is not None:
+            check()   # last look at the file being replaced, right before the rename
         os.replace(temp_name, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
         temp_name = None
         os.fsync(dir_fd)
