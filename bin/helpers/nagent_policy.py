@@ -1,0 +1,279 @@
+"""What the permission rules, the destructive-command guard and the mode say about one action:
+run it, ask first, or refuse, and the one line that says why (on screen and to the model).
+
+Data contract:
+- `Policy` (frozen, built once per session by `build_policy`): `rules` (the config's and the
+  project's, nagent_permissions.Rule), `place` (nagent_guard.Place), `mode` ("build" | "plan"),
+  `sandboxed` (plan mode runs shell commands in bwrap with the project read-only), `approval`
+  (shell.approval), `save_to` (the config file an "a" answer may be saved to), `session` (a
+  list the "a" answers append rules to: mutable, the session's own) and `home`.
+- `Verdict(decision, line, command, forms, asked_by)`: decision "deny" (`line` is the refusal,
+  `✗ denied by rule NAME (FILE)` …), "ask" (`asked_by` says what asks: a rule, the guard, an
+  unsure parse), "allow" (every command is allowed by a rule: even `shell.approval: confirm`
+  does not ask) or "default" (no rule decided: the approval mode does). `forms` are the rule
+  patterns an "a" answer allows for the session (none when what asked cannot be allowed by a
+  rule: an unsure parse).
+- `shell_verdict(policy, text, cwd)`: over every command of the script (nagent_command_words):
+  a deny rule that matches for sure refuses; a deny that may match, a confirm rule, the guard
+  (unless an exact allow rule or a session answer names the command) and an unsure parse ask;
+  the script is "allow" only when every command it runs is allowed. Plan mode without bwrap
+  refuses every command that is not read-only (nagent_read_only or a `read_only` rule) and
+  every redirection that writes outside the temp roots. Rules also see `nagent-mcp call SERVER
+  TOOL` (mcp rules), `nagent-file-edit --file PATH` (edit rules) and redirection targets
+  (write rules).
+- `path_verdict(policy, kind, path, cwd)` for read, file-read, write, file-patch, replace and
+  file-edit (path: the target): path rules, and in plan mode a change outside the temp roots
+  (or inside the project) is refused.
+- `refusal(verdict, headless)`: the text a refused action's result carries; for an "ask" with
+  no terminal it says how to allow the command.
+"""
+import json
+import os
+import re
+from dataclasses import dataclass, field
+
+from nagent_command_types import Word, command_name
+from nagent_command_words import parse_script
+from nagent_guard import exact_form, findings
+from nagent_paths import within, within_any
+from nagent_permissions import SESSION, YES, match_command, match_mcp, match_path
+from nagent_read_only import read_only
+
+CHANGING = ("shell", "write", "file-patch", "replace", "file-edit")
+WRITING_REDIRECTS = (">", ">>", ">|", "&>", "&>>", "<>")
+SUBCOMMAND = re.compile(r"[A-Za-z][A-Za-z0-9._:-]*")
+UNSURE = "nagent cannot read this command with confidence"
+GUARD = "the destructive-command guard"
+INTERPRETERS = frozenset({"python", "python3", "node", "bash", "sh", "perl", "ruby", "deno", "bun"})
+
+
+@dataclass(frozen=True)
+class Policy:
+    rules: tuple = ()
+    place: object = None
+    mode: str = "build"
+    sandboxed: bool = False
+    approval: str = "auto"
+    save_to: str = ""
+    home: str = ""
+    session: list = field(default_factory=list, compare=False)
+
+    def all_rules(self):
+        return self.rules + tuple(self.session)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    decision: str
+    line: str = ""
+    command: str = ""
+    forms: tuple = ()
+    asked_by: str = ""
+
+
+def rule_line(rule):
+    return f"✗ denied by rule {rule.label} ({rule.source})"
+
+
+def prefix_form(command):
+    """The pattern an "always" answer allows: the name and its subcommands, then `*`."""
+    words = command.words
+    if not words or not all(w.static for w in words[:3]):
+        return exact_form(command) if all(w.static for w in words) else ""
+    name = words[0].text
+    out = [name]
+    if command_name(words[0])[0] in INTERPRETERS:
+        return exact_form(command)
+    for word in words[1:3]:
+        if not SUBCOMMAND.fullmatch(word.text):
+            break
+        out.append(word.text)
+    return " ".join(out) + " *"
+
+
+class _Tally:
+    def __init__(self):
+        self.deny = None           # (line, command text)
+        self.asks = []             # (asked_by, command text, form or "")
+        self.unallowed = False
+
+    def ask(self, asked_by, command, form=""):
+        self.asks.append((asked_by, command, form))
+
+
+def _mcp_target(command):
+    words = command.words
+    i = 1
+    while i < len(words):
+        word = words[i]
+        if word.static and word.text in ("--timeout", "--args"):
+            i += 2
+        elif word.static and word.text.startswith("-"):
+            i += 1
+        elif word.static and word.text == "call":
+            rest = words[i + 1:i + 3]
+            return (rest[0] if rest else Word("", False), rest[1] if len(rest) > 1 else Word("", False))
+        else:
+            return None
+    return None
+
+
+def _edit_target(command):
+    words = command.words
+    for i, word in enumerate(words[1:], 1):
+        if word.static and word.text == "--file" and i + 1 < len(words):
+            return words[i + 1]
+        if word.static and word.text.startswith("--file="):
+            return Word(word.text[len("--file="):])
+    return None
+
+
+def _resolved(word, command):
+    if not word.static:
+        return [None]
+    if os.path.isabs(word.text):
+        return [os.path.realpath(word.text)]
+    return [None if cwd is None else os.path.realpath(os.path.join(cwd, word.text))
+            for cwd in command.cwds or {None}]
+
+
+def _path_rules(policy, tally, kind, word, command, base):
+    """Path rules for a path a command names (a redirection target, nagent-file-edit --file)."""
+    rules = [r for r in policy.all_rules() if r.covers(kind) and r.decision != "allow"]
+    for real in _resolved(word, command) if rules else ():
+        for rule in rules:
+            if real is None:
+                tally.ask(f"rule {rule.label} ({rule.source}): {word.raw or word.text} is "
+                          "named only at run time", command.text())
+            elif match_path(rule, real, base, policy.home) == YES:
+                if rule.decision == "deny":
+                    tally.deny = tally.deny or (rule_line(rule), command.text())
+                else:
+                    tally.ask(f"rule {rule.label} ({rule.source})", command.text())
+
+
+def _judge(policy, tally, command, assigned, base):
+    rules = policy.all_rules()
+    text = command.text()
+    for redirect in command.redirects:
+        if redirect.op in WRITING_REDIRECTS and redirect.target is not None:
+            _path_rules(policy, tally, "write", redirect.target, command, base)
+            if policy.mode == "plan" and not policy.sandboxed:
+                _plan_write(policy, tally, redirect.target, command)
+    if not command.words:
+        return
+    results = [(rule, match_command(rule, command, assigned)) for rule in rules
+               if rule.target == "shell"]
+    mcp = _mcp_target(command) if command.name == "nagent-mcp" else None
+    if mcp:
+        results += [(rule, match_mcp(rule, *mcp)) for rule in rules if rule.target == "mcp"]
+    if command.name == "nagent-file-edit":
+        target = _edit_target(command)
+        if target is not None:
+            _path_rules(policy, tally, "file-edit", target, command, base)
+    certain = command.role != "candidate"
+    for rule, result in results:
+        if rule.decision == "deny" and result == YES and certain:
+            tally.deny = tally.deny or (rule_line(rule), text)
+            return
+    session_yes = any(r.source == SESSION and r.decision == "allow" and res == YES
+                      for r, res in results)
+    for rule, result in results:
+        if result and rule.decision in ("deny", "confirm") and not session_yes:
+            tally.ask(f"rule {rule.label} ({rule.source})", text, prefix_form(command))
+    exact = any(rule.exact and result == YES for rule, result in results)
+    for finding in findings(command, policy.place) if policy.place else ():
+        if not exact:
+            tally.ask(f"{GUARD}: {finding}", text,
+                      exact_form(command) if all(w.static for w in command.words) else "")
+    if command.role != "run":
+        return
+    if policy.mode == "plan" and not policy.sandboxed:
+        if not (read_only(command) or any(r.read_only and res == YES for r, res in results)):
+            tally.deny = tally.deny or (
+                f"✗ denied by plan mode: `{text}` is not a read-only command (no bwrap sandbox "
+                "here, so only read-only commands run; nagent --mode build to change files)", text)
+            return
+    if not any(rule.decision == "allow" and result == YES for rule, result in results):
+        tally.unallowed = True
+
+
+def _plan_write(policy, tally, word, command):
+    for real in _resolved(word, command):
+        if real == "/dev/null":
+            continue
+        if real is None or _outside_scratch(real, policy.place):
+            tally.deny = tally.deny or (
+                f"✗ denied by plan mode: the redirection to {word.raw or word.text} writes outside "
+                "the temp roots", command.text())
+
+
+def _outside_scratch(real, place):
+    if not within_any(real, place.temp_roots):
+        return True
+    return any(kept and within(real, kept, inclusive=True) for kept in (place.project, place.cwd))
+
+
+def shell_verdict(policy, text, cwd):
+    place = policy.place
+    script = parse_script(text, cwd, home=policy.home or None)
+    tally = _Tally()
+    base = (place.project if place else None) or cwd
+    for command in script.commands:
+        _judge(policy, tally, command, script.assigned, base)
+        if tally.deny:
+            break
+    if tally.deny:
+        return Verdict("deny", tally.deny[0], tally.deny[1])
+    for reason in script.unsure:
+        tally.ask(f"{UNSURE}: {reason}", "")
+    if tally.asks:
+        asked_by, command, _ = tally.asks[0]
+        unsure = any(not a[1] or not a[2] for a in tally.asks)
+        forms = () if unsure else tuple(dict.fromkeys(a[2] for a in tally.asks))
+        return Verdict("ask", command=command, forms=forms,
+                       asked_by="\n".join(dict.fromkeys(a[0] for a in tally.asks)))
+    if not tally.unallowed and any(c.role == "run" and c.words for c in script.commands):
+        return Verdict("allow")
+    return Verdict("default")
+
+
+def path_verdict(policy, kind, path, cwd):
+    """The verdict on a read, write or edit of `path` (as the action names it)."""
+    place = policy.place
+    base = (place.project if place else None) or cwd
+    full = path if os.path.isabs(path) else os.path.join(cwd, path)
+    real = os.path.realpath(full)
+    for decision in ("deny", "confirm"):
+        for rule in policy.all_rules():
+            if rule.decision == decision and rule.covers(kind) and \
+                    match_path(rule, real, base, policy.home) == YES:
+                if decision == "deny":
+                    return Verdict("deny", rule_line(rule), path)
+                return Verdict("ask", command=path, asked_by=f"rule {rule.label} ({rule.source})")
+    if policy.mode == "plan" and kind in CHANGING and place and _outside_scratch(real, place):
+        return Verdict("deny", f"✗ denied by plan mode: {kind} of {path} (plan mode changes "
+                               "nothing outside the temp roots; nagent --mode build to change "
+                               "files)", path)
+    return Verdict("default")
+
+
+def refusal(verdict, save_to=""):
+    """The refusal text of a verdict that did not run: its line, or for an "ask" without a
+    terminal a line that says how to allow it."""
+    tail = f"\ncommand: {verdict.command}" if verdict.command else ""
+    if verdict.decision == "deny":
+        return verdict.line + tail
+    first = verdict.asked_by.split("\n")[0]
+    if first.startswith(UNSURE):
+        return (f"✗ denied: {first} (no terminal to ask; write the command plainly, or run "
+                f"nagent on a terminal to answer)" + tail)
+    how = "run nagent on a terminal to answer"
+    if verdict.forms:
+        rules = ", ".join('{"decision": "allow", "shell": %s}' % json.dumps(form)
+                          for form in verdict.forms)
+        how = (f"to allow it add {rules} to permissions in {save_to or '~/.nagent/config.json'}, "
+               f"or {how}")
+    if first.startswith("rule "):
+        return f"✗ denied by {first}: it asks first and there is no terminal ({how})" + tail
+    return f"✗ denied by {first} (no terminal to ask; {how})" + tail
