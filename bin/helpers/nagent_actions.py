@@ -9,6 +9,10 @@ NagentError raised by a library is turned into an error result here.
 Large files go through nagent_file_tools (the split/patch tools run as processes, under the
 conversation's split registry in `side_dir`); a write in a per-file session gets the segments
 that registry grants for its target (`write_mode_now`).
+Permission rules and plan mode (nagent_permission_gate, over ctx.policy) judge each action
+before anything else: a refused one does not run and its result carries the refusal line
+(`✗ denied by rule NAME (FILE)`); a shell command is judged inside run_shell, after the
+sandbox is planned, so a prompt comes only for a command that could run.
 An action hook (settings.hooks.action, nagent_hooks.check_action) runs before each action but
 <nagent-next>: exit 0 lets the action run, exit 2 makes the result a refusal carrying the hook's
 output, anything else (a timeout, a crash) an error result; the action then does not run. The
@@ -22,11 +26,13 @@ import os
 from dataclasses import dataclass, field, replace
 
 from nagent_agents import child_name, run_children
+from nagent_budget import decode, exhausted
 from nagent_errors import NagentError
 from nagent_file_split_lib import READ_SPLIT_THRESHOLD_BYTES
 from nagent_file_tools import (BINARY_SNIFF_BYTES, DEFAULT_MEMORY, DEFAULT_TIMEOUT, describe_split,
                                looks_binary, patch_registered, split_for_read)
 from nagent_hooks import check_action
+from nagent_permission_gate import check_permission, shell_gate, shell_time
 from nagent_protocol_blocks import result_block
 
 
@@ -49,6 +55,9 @@ class ActionContext:
     file_tool_timeout: float = DEFAULT_TIMEOUT   # split/patch tool processes
     file_tool_memory: int = DEFAULT_MEMORY       # their address-space cap in bytes, 0 = none
     max_parallel: int = 4        # sub-agents of one batch running at once
+    policy: object = None        # nagent_policy.Policy: rules, guard, mode (None: none apply)
+    child_budget: str = ""       # nagent_budget.encode of what a child may spend ("": no caps)
+    deadline: float | None = None   # time.monotonic() past which the run's time cap is spent
 
 
 @dataclass(frozen=True)
@@ -194,9 +203,13 @@ def execute_write(action, ctx):
 
 def execute_shell(action, ctx):
     from nagent_shell import format_shell_result, run_shell
+    policy, gate = ctx.shell_policy, None
+    if ctx.policy is not None:
+        policy = shell_time(policy, ctx.deadline)
+        gate = shell_gate(action.body, ctx)
     try:
-        outcome = run_shell(action.body, ctx.cwd, ctx.shell_policy, ctx.side_dir, ctx.environ,
-                            secret_names=ctx.secret_names, secrets=ctx.secrets)
+        outcome = run_shell(action.body, ctx.cwd, policy, ctx.side_dir, ctx.environ,
+                            secret_names=ctx.secret_names, secrets=ctx.secrets, gate=gate)
     except NagentError as error:
         return error_block("nagent-shell-result", error_text(error))
     return ActionOutcome(result_block("nagent-shell-result", format_shell_result(outcome)),
@@ -233,6 +246,9 @@ def agent_job(action, ctx):
     """(name, task, None) of a sub-agent to start, or (name, None, error outcome)."""
     name = child_name(ctx.pid)
     attrs = {"conversation": name, "tokens_in": "0", "tokens_out": "0"}
+    if ctx.child_budget and exhausted(decode(ctx.child_budget)):
+        return name, None, error_block("nagent-agent-result", "sub-agent not started: the run's "
+                                       "budget is spent (--max-cost, --max-tokens, --max-time)", attrs)
     if ctx.depth + 1 > ctx.max_depth:
         return name, None, error_block("nagent-agent-result", f"sub-agent nesting limit "
                                        f"({ctx.max_depth}) reached; do this task yourself", attrs)
@@ -314,6 +330,11 @@ def process_action(action, ctx):
     handler = HANDLERS.get(action.kind)
     if handler is None:
         return error_block("system", f"no handler for <nagent-{action.kind}>")
+    refused = check_permission(action, ctx)   # rules and plan mode, before the hook runs
+    if refused is not None:
+        attrs = {name: action.attr(name) for name in ("path", "index") if action.attr(name) is not None}
+        return ActionOutcome(result_block(f"nagent-{action.kind}-result", refused,
+                                          dict(attrs, status="refused")), failed=True)
     hook = check_action(action, ctx)  # the action hook, when one is configured
     if hook is not None:
         if hook.status() != "accepted":

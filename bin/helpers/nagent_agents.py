@@ -5,7 +5,9 @@ Data contract
 * A child is `nagent --conversation NAME --invocation delegated --parent-conversation PATH
   --depth D+1 --pid PID --json ... -` (`child_command`), its task on stdin; NAME is
   `child_name(pid)`: "agent-{uuid4 hex}-{conversation pid}" (the conversation pid passed
-  through, never this process's OS pid). Its stdin, stdout and stderr are anonymous temp files,
+  through, never this process's OS pid). It inherits the mode (`--mode plan` stays plan) and
+  gets its share of the run's budget (`child_budget_args(ctx)`: `--budget` with
+  ctx.child_budget, nagent_budget.encode; nested edit sessions take the same flag). Its stdin, stdout and stderr are anonymous temp files,
   not pipes, so nothing has to be drained while several run.
 * `run_children(jobs, ctx, done, watch=None)` runs `jobs` ([(index, name, task)], in tag order)
   at most `ctx.max_parallel` at a time, starting them in order as slots free up, and calls
@@ -72,8 +74,16 @@ def child_command(ctx, name):
                "--invocation", "delegated", "--parent-conversation", ctx.conversation,
                "--depth", str(ctx.depth + 1), "--json"]
     if settings is not None:
-        command += ["--provider", settings.provider.name, "--model", settings.model]
-    return command + list(ctx.extra_args) + ["-"]
+        command += ["--provider", settings.provider.name, "--model", settings.model,
+                    "--mode", settings.mode]
+    return command + child_budget_args(ctx) + list(ctx.extra_args) + ["-"]
+
+
+def child_budget_args(ctx):
+    """What is left of the run's budget for one child process nagent starts itself (a
+    sub-agent, a nested edit session): a flag only nagent's own children get, never a shell."""
+    budget = getattr(ctx, "child_budget", "")
+    return ["--budget", budget] if budget else []
 
 
 def child_totals(name, environ):

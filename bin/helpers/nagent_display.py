@@ -49,19 +49,28 @@ def terminal_width(stream, default=100):
     return max(20, columns) if columns > 0 else default  # a new pty may say 0
 
 
-def summary_line(totals, seconds, child_calls=0):
+def summary_line(totals, seconds, child_calls=0, budget=None):
     """The closing line: model calls (sub-agents' included), input with cached share, output,
-    cost, wall time."""
+    cost, wall time; with a budget, each capped figure beside its cap."""
+    budget = budget or {}
     calls = int(totals.get("model_calls") or 0) + child_calls
     inputs = int(totals.get("input_tokens") or 0)
     cached = int(totals.get("cache_read_tokens") or 0)
     share = f" ({cached / inputs:.0%} cached)" if inputs else ""
     cost = totals.get("cost_usd")
     money = "cost unknown" if cost is None else f"${cost:.4f}"
+    if budget.get("max_cost") is not None:
+        money += f" of ${budget['max_cost']:g}"
     estimated = " (estimated)" if totals.get("estimated") else ""
+    tokens = ""
+    if budget.get("max_tokens") is not None:
+        tokens = f" · {human_count(int(budget.get('tokens') or 0))} of " \
+                 f"{human_count(int(budget['max_tokens']))} tokens"
+    wall = f"{seconds:.1f} s" + (f" of {budget['max_time']:g} s" if budget.get("max_time")
+                                 is not None else "")
     return (f"{calls} model call{'s' if calls != 1 else ''} · {human_count(inputs)} in{share} · "
-            f"{human_count(int(totals.get('output_tokens') or 0))} out{estimated} · {money} · "
-            f"{seconds:.1f} s")
+            f"{human_count(int(totals.get('output_tokens') or 0))} out{estimated} · {money}"
+            f"{tokens} · {wall}")
 
 
 def retry_line(event):
@@ -277,7 +286,8 @@ class Display:
         self._set_status(None)
         totals = event.get("totals") or {}
         if totals.get("model_calls") or event.get("calls"):
-            self.line("● " + summary_line(totals, self.clock() - self.started, self.child_calls),
+            self.line("● " + summary_line(totals, self.clock() - self.started, self.child_calls,
+                                          event.get("budget")),
                       "bold")
 
     def close(self):

@@ -35,7 +35,7 @@ EVENT_FIELDS = {
     "agents": ("running", "total"),
     "response": ("text", "valid", "accepted"),
     "error": ("error", "value", "fix", "kind", "exit_code"),
-    "run_end": ("exit_code", "calls", "totals", "conversation"),
+    "run_end": ("exit_code", "calls", "totals", "conversation", "budget"),
 }
 DELTA_TYPES = ("reply_delta",)
 

@@ -13,6 +13,7 @@ DESCRIPTION = ('Edit one project file through its own durable nagent conversatio
 
 
 def build_parser():
+    import argparse
     from nagent_cli import PROVIDER_FLAGS, add_setting_flags, argument_parser
     parser = argument_parser(prog=PROG, description=DESCRIPTION,
                              epilog="The instruction may also come on stdin, or as argv text "
@@ -23,7 +24,10 @@ def build_parser():
     parser.add_argument("--pid", help="per-shell index id; default: this shell's")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--description", action="store_true", help="print a one-line description")
-    add_setting_flags(parser, ("max_calls", "shell.approval", "shell.sandbox") + PROVIDER_FLAGS)
+    add_setting_flags(parser, ("max_calls", "shell.approval", "shell.sandbox", "mode", "max_cost",
+                               "max_tokens", "max_time") + PROVIDER_FLAGS)
+    # What is left of the parent run's budget (nagent_budget): only the driver passes it.
+    parser.add_argument("--budget", help=argparse.SUPPRESS)
     return parser
 
 

@@ -35,7 +35,7 @@ Data contract
   and `load_project_rules(root)` -> tuple of Rule; `match_command(rule, command, assigned)`,
   `match_path(rule, real, base, home)`, `match_mcp(rule, server, tool)` -> YES | MAYBE | NO;
   `session_rule(pattern, decision)`; `save_rule(path, rule)` appends a rule to a config file
-  (atomically, the previous file kept as PATH.bak); `describe(rule)` one line.
+  (atomically, the previous file kept as PATH.bak).
 """
 import json
 import os
@@ -86,12 +86,6 @@ class Rule:
 
     def covers(self, kind):
         return kind in PATH_KINDS.get(self.target, ())
-
-
-def describe(rule):
-    extra = ", read-only" if rule.read_only else ""
-    return f'{rule.decision} {rule.target} "{rule.pattern}"' + \
-        (f" ({rule.name}{extra})" if rule.name else (f" ({extra[2:]})" if extra else ""))
 
 
 # -- reading rules ----------------------------------------------------------------------------

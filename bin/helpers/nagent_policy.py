@@ -32,16 +32,24 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from nagent_command_types import Word, command_name
+from nagent_command_types import Word, command_name, shown_word
 from nagent_command_words import parse_script
-from nagent_guard import exact_form, findings
-from nagent_paths import within, within_any
-from nagent_permissions import SESSION, YES, match_command, match_mcp, match_path
+from nagent_guard import exact_form, findings, git_place
+from nagent_paths import config_file, nagent_home, within, within_any
+from nagent_permissions import (SESSION, YES, load_project_rules, match_command, match_mcp,
+                                match_path)
+from nagent_project import find_project
 from nagent_read_only import read_only
+from nagent_write_policy import temp_roots
 
 CHANGING = ("shell", "write", "file-patch", "replace", "file-edit")
 WRITING_REDIRECTS = (">", ">>", ">|", "&>", "&>>", "<>")
-SUBCOMMAND = re.compile(r"[A-Za-z][A-Za-z0-9._:-]*")
+SUBCOMMAND = re.compile(r"[a-z][a-z0-9:-]*")
+SUBCOMMANDS = frozenset({"git", "npm", "pnpm", "yarn", "bun", "cargo", "go", "docker", "podman",
+                         "kubectl", "helm", "pip", "pip3", "uv", "poetry", "pdm", "hatch", "make",
+                         "apt", "apt-get", "brew", "gh", "terraform", "systemctl", "nagent-mcp",
+                         "conda", "dotnet", "mvn", "gradle", "bundle", "rake", "composer", "nix",
+                         "deno", "rustup", "kubectx", "aws", "gcloud", "az", "just", "tox", "nox"})
 UNSURE = "nagent cannot read this command with confidence"
 GUARD = "the destructive-command guard"
 INTERPRETERS = frozenset({"python", "python3", "node", "bash", "sh", "perl", "ruby", "deno", "bun"})
@@ -71,31 +79,58 @@ class Verdict:
     asked_by: str = ""
 
 
+def build_policy(settings, cwd, environ, sandboxed=False, secret_names=None):
+    """The session's Policy: the config's rules and the project's, the guard's place (the
+    validated project root, the temp roots, git for tracked and changed files), the mode."""
+    project = find_project(cwd, environ, secret_names)
+    root = project.root if project else None
+    rules = tuple(settings.permissions) + load_project_rules(root)
+    place = git_place(cwd, environ, root, temp_roots(environ, cwd), secret_names)
+    save_to = config_file(environ) or os.path.join(nagent_home(environ), "config.json")
+    return Policy(rules, place, settings.mode, sandboxed, settings.shell.approval, save_to,
+                  place.home or "")
+
+
 def rule_line(rule):
     return f"✗ denied by rule {rule.label} ({rule.source})"
 
 
 def prefix_form(command):
-    """The pattern an "always" answer allows: the name and its subcommands, then `*`."""
+    """The pattern an "always" answer allows: `git diff *`, `pytest *`, `python3 -m pytest *`,
+    `python3 tool.py *`; the exact command for inline code (`python3 -c …`); "" when the name
+    is known only at run time."""
     words = command.words
-    if not words or not all(w.static for w in words[:3]):
-        return exact_form(command) if all(w.static for w in words) else ""
-    name = words[0].text
-    out = [name]
-    if command_name(words[0])[0] in INTERPRETERS:
-        return exact_form(command)
-    for word in words[1:3]:
-        if not SUBCOMMAND.fullmatch(word.text):
-            break
-        out.append(word.text)
-    return " ".join(out) + " *"
+    if not words or not words[0].static:
+        return ""
+    name, head = command_name(words[0])[0], [words[0].text]
+    first = words[1] if len(words) > 1 and words[1].static else None
+    if name in INTERPRETERS and first is not None:
+        if first.text in ("-c", "-e", "-p") or not all(w.static for w in words):
+            return exact_form(command) if all(w.static for w in words) else ""
+        head += [first.text] + ([words[2].text] if first.text == "-m" and len(words) > 2
+                                and words[2].static else [])
+    elif name in SUBCOMMANDS and first is not None:
+        after_option = False
+        for word in words[1:6]:   # global options (and their values), then the subcommand
+            if not word.static:
+                return ""
+            head.append(word.text)
+            if word.text.startswith("-"):
+                after_option = "=" not in word.text
+            elif after_option or not SUBCOMMAND.fullmatch(word.text):
+                after_option = False
+            else:
+                break
+        else:
+            return exact_form(command) if all(w.static for w in words) else ""
+    return " ".join(shown_word(Word(text)) for text in head) + " *"
 
 
 class _Tally:
     def __init__(self):
         self.deny = None           # (line, command text)
         self.asks = []             # (asked_by, command text, form or "")
-        self.unallowed = False
+        self.unallowed = []        # forms of commands no rule allows
 
     def ask(self, asked_by, command, form=""):
         self.asks.append((asked_by, command, form))
@@ -195,7 +230,7 @@ def _judge(policy, tally, command, assigned, base):
                 "here, so only read-only commands run; nagent --mode build to change files)", text)
             return
     if not any(rule.decision == "allow" and result == YES for rule, result in results):
-        tally.unallowed = True
+        tally.unallowed.append(prefix_form(command))
 
 
 def _plan_write(policy, tally, word, command):
@@ -235,7 +270,8 @@ def shell_verdict(policy, text, cwd):
                        asked_by="\n".join(dict.fromkeys(a[0] for a in tally.asks)))
     if not tally.unallowed and any(c.role == "run" and c.words for c in script.commands):
         return Verdict("allow")
-    return Verdict("default")
+    forms = () if "" in tally.unallowed else tuple(dict.fromkeys(tally.unallowed))
+    return Verdict("default", forms=forms)
 
 
 def path_verdict(policy, kind, path, cwd):
