@@ -15,7 +15,6 @@ import hashlib
 import json
 import os
 import shutil
-import subprocess
 import sys
 
 from base import BIN
@@ -68,9 +67,7 @@ class ProjectRun(NagentRunCase, ProjectFixture):
 
     def detached(self, *args, env=None):
         """bin/nagent in a new session: no controlling terminal, so nothing can be asked."""
-        proc = subprocess.run([sys.executable, os.path.join(BIN, "nagent"), *args],
-                              capture_output=True, text=True, env=env or self.env, cwd=self.cwd,
-                              timeout=180, stdin=subprocess.DEVNULL, start_new_session=True)
+        proc = self.run_tool("nagent", *args, env=env or self.env, timeout=180, detach=True)
         self.assertNotIn("Traceback", proc.stderr)
         return proc
 
