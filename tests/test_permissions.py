@@ -128,6 +128,10 @@ class CompoundForms(HermeticTestCase):
         "ssh host rm x", "su -c 'rm x'", "watch -n 1 'rm x'", "flock /tmp/l rm x",
         "echo a;rm x", "echo a\nrm x", "echo a \\\n; rm x", "echo a # c\nrm x",
         "sudo sh -c 'eval \"rm x\"'", "env -S 'rm x'", "uv run rm x",
+        # found by trying them on bash: `--` before the words, glued-on values, callbacks
+        "eval -- rm x", "trap -- 'rm x' EXIT", "env -S'rm x'", "env -iS'rm x'",
+        "script -qc 'rm x' /dev/null", "su -c'rm x'", "mapfile -C 'rm x' -c 1 < f",
+        "r\\\nm x",
     ]
 
     def test_each_compound_form_hides_nothing(self):
@@ -237,6 +241,9 @@ class Guard(HermeticTestCase):
         "chmod -R 777 /", "chown -R me /etc", "shred secret", "truncate -s 0 a.py",
         "rsync -a --delete src/ dst/", "crontab -r", "echo > /dev/sda", "docker volume prune",
         "sudo rm -rf /var", "bash -c 'git reset --hard'", "git -c alias.x='reset --hard' x",
+        # long options abbreviated, as git and getopt_long accept them
+        "git reset --har", "git push --forc", "git clean --forc", "rm --recur build",
+        "chmod --recur 700 /etc", "rsync -a --del src/ dst/",
     ]
     HARMLESS = ["rm x", "rm -f a.txt", "rm -rf /tmp/scratch-1", "git reset HEAD a.py", "git push",
                 "git push origin main", "git clean -n", "git checkout main", "find . -name x",
@@ -296,7 +303,7 @@ class Guard(HermeticTestCase):
         self.assertEqual(verdict("cat x >> tracked.py", place=git, cwd=real).decision, "default")
         self.write_file("tracked.py", "x = 2\n")
         for text in ("git checkout -- .", "git checkout .", "git restore tracked.py",
-                     "git checkout HEAD -- tracked.py"):
+                     "git checkout HEAD -- tracked.py", "git checkout tracked.py"):
             with self.subTest(text=text):
                 self.assertEqual(verdict(text, place=git, cwd=real).decision, "ask")
         self.assertEqual(verdict("git restore --staged tracked.py", place=git, cwd=real).decision,

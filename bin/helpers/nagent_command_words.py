@@ -571,8 +571,8 @@ class _Parser:
 
     def braced(self):
         text, i, depth = self.text, self.pos + 2, 1
-        if text[i:i + 1] == "!":
-            self.state.evaluates = True   # indirect expansion evaluates a name from data
+        if text[i:i + 1] == "!" or re.match(r"[^}]*@[PEA]", text[i:]):
+            self.state.evaluates = True   # ${!x}, ${x@P}: a name or a prompt from data
         while i < len(text):
             c = text[i]
             if c == "\\":

@@ -220,6 +220,9 @@ def _env(words):
              if words[i].static and words[i].text in ("-S", "--split-string")]
     split += [Word(w.text.partition("=")[2]) for w in words[1:start]
               if w.static and w.text.startswith("--split-string=")]
+    split += [Word(w.text[w.text.index("S") + 1:]) for w in words[1:start]
+              if w.static and not w.text.startswith("--") and "S" in w.text
+              and not w.text.endswith("S")]
     chdir = any(w.static and (w.text.startswith(("-C", "--chdir"))) for w in words[1:start])
     assigns = []
     while start < len(words) and words[start].static and _is_assignment(words[start].text):
@@ -321,8 +324,13 @@ def _su(words, name):
         if not word.static:
             continue
         text = word.text
-        if text in ("-c", "--command", "--session-command") and i + 1 < len(words):
+        if (text in ("--command", "--session-command") or (
+                text.startswith("-") and not text.startswith("--") and text.endswith("c"))) \
+                and i + 1 < len(words):
             return "run", [Inner("script", text=words[i + 1], via=f"{name} -c")]
+        if text.startswith("-") and not text.startswith("--") and "c" in text[1:]:
+            rest = text[text.index("c", 1) + 1:]   # -cCMD: the command glued on
+            return "run", [Inner("script", text=Word(rest), via=f"{name} -c")]
         if text.startswith(("--command=", "--session-command=")):
             return "run", [Inner("script", text=Word(text.partition("=")[2]), via=f"{name} -c")]
         if text == "--" and name == "runuser":
@@ -406,8 +414,12 @@ def inner_commands(words):
         return handler(words)
     if name in ("su", "runuser", "script"):
         return _su(words, name)
-    if name == "eval":
-        return "wrapper", _words_script(words[1:], "eval")
+    if name == "eval":   # eval, like every builtin, takes a `--` before its words
+        rest = words[1:]
+        return "wrapper", _words_script(rest[1:] if rest and rest[0].static and rest[0].text == "--"
+                                        else rest, "eval")
+    if name in ("mapfile", "readarray"):
+        return "run", _callback(words, name)
     if name in ("source", "."):
         if len(words) > 1 and reads_stdin(words[1]):
             return "run", [unsure(f"{name} of a pipe or process substitution")]
@@ -424,9 +436,21 @@ def inner_commands(words):
 
 
 def _trap(words):
+    if len(words) > 1 and words[1].static and words[1].text == "--":
+        words = words[:1] + words[2:]
     if len(words) < 3:
         return "run", []
     handler = words[1]
     if handler.static and (handler.text in ("-", "") or handler.text.startswith("-")):
         return "run", []
     return "run", [Inner("script", text=handler, via="trap")]
+
+
+def _callback(words, name):
+    """mapfile/readarray -C CODE runs CODE for each chunk of lines."""
+    for i, word in enumerate(words[1:], 1):
+        if word.static and word.text == "-C" and i + 1 < len(words):
+            return [Inner("script", text=words[i + 1], via=f"{name} -C")]
+        if word.static and word.text.startswith("-C") and len(word.text) > 2:
+            return [Inner("script", text=Word(word.text[2:]), via=f"{name} -C")]
+    return []

@@ -69,9 +69,12 @@ def _split(args):
 
 
 def _flag(options, short="", long=()):
+    """Is one of these options given? Long options count when abbreviated too, as getopt_long
+    and git read them (`--har` is `--hard`, `--recur` is `--recursive`)."""
     for option in options:
         if option.startswith("--"):
-            if option.split("=", 1)[0] in long:
+            name = option.split("=", 1)[0]
+            if any(name == full or (len(name) >= 4 and full.startswith(name)) for full in long):
                 return True
         elif any(letter in option[1:] for letter in short):
             return True
@@ -142,7 +145,7 @@ def _git(command, place):
         return [text] if condition or unknown else []
 
     if sub == "reset":
-        return when("--hard" in options, "git reset --hard discards uncommitted changes")
+        return when(_flag(options, "", ("--hard",)), "git reset --hard discards uncommitted changes")
     if sub == "clean":
         return when(_flag(options, "f", ("--force",)) and not _flag(options, "n", ("--dry-run",)),
                     "git clean -f deletes untracked files")
@@ -151,7 +154,9 @@ def _git(command, place):
             return ["git checkout --force discards uncommitted changes"]
         if any(w.static and w.text == "--" for w in args) or "." in texts:
             return _discards(command, place, "git checkout", _after_dashes(args))
-        return []
+        paths = [w for w in operands if any(real and os.path.lexists(real)
+                                            for real in _paths(w, command))]
+        return _discards(command, place, "git checkout", paths) if paths else []
     if sub == "restore":
         if _flag(options, "S", ("--staged",)) and not _flag(options, "W", ("--worktree",)):
             return []
@@ -176,7 +181,7 @@ def _git(command, place):
     if sub == "reflog":
         return when(bool(texts) and texts[0] in ("expire", "delete"), "git reflog expire/delete")
     if sub == "gc":
-        return when(any(o.startswith("--prune") for o in options), "git gc --prune")
+        return when(_flag(options, "", ("--prune",)), "git gc --prune")
     if sub == "update-ref":
         return when(_flag(options, "d", ()), "git update-ref -d deletes a ref")
     if sub in ("filter-branch", "filter-repo"):
@@ -256,7 +261,7 @@ def findings(command, place):
         found += _recursive_owner(command, place, name)
     elif name == "git":
         found += _git(command, place)
-    elif name == "rsync" and any(o.startswith("--delete") for o in options):
+    elif name == "rsync" and any(o.startswith("--del") for o in options):
         found.append("rsync --delete removes files at the destination")
     elif name == "crontab" and _flag(options, "r", ("--remove",)):
         found.append("crontab -r removes every cron job")
