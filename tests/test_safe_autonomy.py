@@ -236,6 +236,14 @@ class ConfigAndFlags(ProjectRun):
         self.assertIn("can only deny or confirm", proc.stderr)
         self.assertEqual(self.generation_requests(), [])
 
+    def test_nagent_mcp_itself_refuses_a_denied_tool(self):
+        self.write_config(dict(self.CONFIG, permissions=[
+            {"name": "no-deletes", "decision": "deny", "mcp": "github/delete_*"}]))
+        proc = self.run_tool("nagent-mcp", "call", "github", "delete_repo", "--args", "{}")
+        self.assertEqual(proc.returncode, 10, proc.stderr)
+        self.assertIn(f"Error: denied by rule no-deletes ({self.config_path}): github/delete_repo",
+                      proc.stderr)
+
     def test_a_failing_example_is_a_config_error_naming_the_rule(self):
         self.write_config(dict(self.CONFIG, permissions=[
             {"name": "tests", "decision": "allow", "shell": "pytest *",

@@ -22,7 +22,8 @@ Data contract:
   (`>`, `>|`, `&>`, `>&FILE`) or `tee` without -a that truncates a file the project tracks (or a
   file named only at run time, inside a project), or writes a disk device.
 - `exact_form(command)`: the command as an exact rule pattern (what "allow this exact form"
-  adds).
+  adds). `resolved_paths(word, command)`: the real paths a word may name, one per directory the
+  command may run in (None: not known), the one rule for paths in commands.
 """
 import os
 import re
@@ -81,8 +82,9 @@ def _flag(options, short="", long=()):
     return False
 
 
-def _paths(word, command):
-    """The resolved paths a word may name (None: not known)."""
+def resolved_paths(word, command):
+    """The resolved paths a word of `command` may name, one per directory it may run in (None:
+    not known)."""
     if not word.static:
         return [None]
     if os.path.isabs(word.text):
@@ -108,7 +110,7 @@ def _rm(command, place):
     if not (recursive or unknown or command.open_tail):
         return []
     if command.open_tail or any(_precious(real, place) for word in operands
-                                for real in _paths(word, command)):
+                                for real in resolved_paths(word, command)):
         shown = " ".join(w.raw or w.text for w in operands) or "(words added at run time)"
         return [f"rm -r of {shown} (outside the temp roots, or the project itself)"]
     return []
@@ -122,7 +124,7 @@ def _recursive_owner(command, place, name):
         operands = operands[1:]   # the mode or the owner
     inside = place.project or place.cwd
     for word in operands:
-        for real in _paths(word, command):
+        for real in resolved_paths(word, command):
             if real is None or not within(real, inside, inclusive=True):
                 return [f"{name} -R of {word.raw or word.text} (outside the project)"]
     return []
@@ -155,7 +157,7 @@ def _git(command, place):
         if any(w.static and w.text == "--" for w in args) or "." in texts:
             return _discards(command, place, "git checkout", _after_dashes(args))
         paths = [w for w in operands if any(real and os.path.lexists(real)
-                                            for real in _paths(w, command))]
+                                            for real in resolved_paths(w, command))]
         return _discards(command, place, "git checkout", paths) if paths else []
     if sub == "restore":
         if _flag(options, "S", ("--staged",)) and not _flag(options, "W", ("--worktree",)):
@@ -225,7 +227,7 @@ def _redirects(command, place):
 def _overwrites(word, command, place, how):
     if word.static and DISK_RE.match(word.text):
         return [f"{how}{word.text} writes a disk device"]
-    for real in _paths(word, command):
+    for real in resolved_paths(word, command):
         if real is None:
             if place.project:
                 return [f"{how}{word.raw or word.text}: a file named only at run time (it may be "

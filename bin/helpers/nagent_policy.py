@@ -24,7 +24,8 @@ Data contract:
 - `path_verdict(policy, kind, path, cwd)` for read, file-read, write, file-patch, replace and
   file-edit (path: the target): path rules, and in plan mode a change outside the temp roots
   (or inside the project) is refused.
-- `refusal(verdict, headless)`: the text a refused action's result carries; for an "ask" with
+- `mcp_refusal(settings, cwd, environ, server, tool)`: the deny line for an MCP tool, or None.
+- `refusal(verdict, save_to)`: the text a refused action's result carries; for an "ask" with
   no terminal it says how to allow the command.
 """
 import json
@@ -34,7 +35,7 @@ from dataclasses import dataclass, field
 
 from nagent_command_types import Word, command_name, shown_word
 from nagent_command_words import parse_script
-from nagent_guard import exact_form, findings, git_place
+from nagent_guard import exact_form, findings, git_place, resolved_paths
 from nagent_paths import config_file, nagent_home, within, within_any
 from nagent_permissions import (SESSION, YES, load_project_rules, match_command, match_mcp,
                                 match_path)
@@ -89,6 +90,18 @@ def build_policy(settings, cwd, environ, sandboxed=False, secret_names=None):
     save_to = config_file(environ) or os.path.join(nagent_home(environ), "config.json")
     return Policy(rules, place, settings.mode, sandboxed, settings.shell.approval, save_to,
                   place.home or "")
+
+
+def mcp_refusal(settings, cwd, environ, server, tool):
+    """The refusal line of a deny rule for MCP tool SERVER/TOOL (the config's and the project's
+    rules), or None: nagent-mcp checks it itself, so a call the driver could not see (from a
+    script) is refused too."""
+    project = find_project(cwd, environ)
+    rules = tuple(settings.permissions) + load_project_rules(project.root if project else None)
+    for rule in rules:
+        if rule.decision == "deny" and match_mcp(rule, Word(server), Word(tool)) == YES:
+            return rule_line(rule)
+    return None
 
 
 def rule_line(rule):
@@ -163,19 +176,10 @@ def _edit_target(command):
     return None
 
 
-def _resolved(word, command):
-    if not word.static:
-        return [None]
-    if os.path.isabs(word.text):
-        return [os.path.realpath(word.text)]
-    return [None if cwd is None else os.path.realpath(os.path.join(cwd, word.text))
-            for cwd in command.cwds or {None}]
-
-
 def _path_rules(policy, tally, kind, word, command, base):
     """Path rules for a path a command names (a redirection target, nagent-file-edit --file)."""
     rules = [r for r in policy.all_rules() if r.covers(kind) and r.decision != "allow"]
-    for real in _resolved(word, command) if rules else ():
+    for real in resolved_paths(word, command) if rules else ():
         for rule in rules:
             if real is None:
                 tally.ask(f"rule {rule.label} ({rule.source}): {word.raw or word.text} is "
@@ -234,7 +238,7 @@ def _judge(policy, tally, command, assigned, base):
 
 
 def _plan_write(policy, tally, word, command):
-    for real in _resolved(word, command):
+    for real in resolved_paths(word, command):
         if real == "/dev/null":
             continue
         if real is None or _outside_scratch(real, policy.place):
