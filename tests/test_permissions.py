@@ -166,6 +166,15 @@ class CompoundForms(HermeticTestCase):
                                  f"✗ denied by rule never-force ({CONFIG})")
                 self.assertEqual(verdict("git push origin", rules(*order)).decision, "ask")
 
+    def test_a_function_that_runs_its_arguments_is_a_launcher(self):
+        rule_list = rules(DENY_RM)
+        for text, expected in (('run() { echo "+ $*"; "$@"; }; run rm -rf x', "ask"),
+                               ('g() { f "$@"; }; f() { "$@"; }; g rm x', "ask"),
+                               ('run() { "$@"; }; run ls', "default"),
+                               ('set -- rm x; "$@"', "ask"), ('"$@"', "default")):
+            with self.subTest(text=text):
+                self.assertEqual(verdict(text, rule_list).decision, expected)
+
     def test_a_deny_that_may_match_asks(self):
         self.assertEqual(verdict("echo x | xargs rm", rules({"decision": "deny", "shell": "rm -rf"}))
                          .decision, "ask")
@@ -243,12 +252,13 @@ class Guard(HermeticTestCase):
         "sudo rm -rf /var", "bash -c 'git reset --hard'", "git -c alias.x='reset --hard' x",
         # long options abbreviated, as git and getopt_long accept them
         "git reset --har", "git push --forc", "git clean --forc", "rm --recur build",
-        "chmod --recur 700 /etc", "rsync -a --del src/ dst/",
+        "chmod --recur 700 /etc", "rsync -a --del src/ dst/", "rm $FLAGS build",
     ]
     HARMLESS = ["rm x", "rm -f a.txt", "rm -rf /tmp/scratch-1", "git reset HEAD a.py", "git push",
                 "git push origin main", "git clean -n", "git checkout main", "find . -name x",
                 "dd if=x of=/dev/null", "chmod -R u+w src", "echo > /tmp/x", "ls > out.log",
-                "git branch -d merged", "tee -a notes.txt"]
+                "git branch -d merged", "tee -a notes.txt", 'rm "$tmp"', "rm /tmp/x-$$",
+                'chmod +x "$HOME/bin/tool"', 'git push origin "$BRANCH"']
 
     def setUp(self):
         super().setUp()
@@ -324,6 +334,7 @@ class PlanModeCommands(HermeticTestCase):
                 found = verdict(text, **plan)
                 self.assertIn(found.decision, ("deny", "ask"), found)
         self.assertTrue(verdict("touch f", **plan).line.startswith("✗ denied by plan mode"))
+        self.assertEqual(verdict("echo 'open", **plan).decision, "deny")   # unsure: never asked
         runner = rules({"decision": "allow", "shell": "pytest *", "read_only": True})
         self.assertEqual(verdict("pytest -q", runner, **plan).decision, "allow")
         self.assertEqual(verdict("touch f", mode="plan", sandboxed=True, place=place("/proj")).decision,

@@ -77,8 +77,9 @@ def caps_for(settings, passed=None):
                     _least(caps.seconds, given.seconds))
     if caps.cost is not None and price_for(settings.model, settings.prices) is None:
         raise ConfigError("a cost cap needs the model's price", f"{settings.model} has none",
-                          f"add prices.{settings.model} {{input, output, cache_read, cache_write}} "
-                          "(USD per million tokens) to the config, or cap --max-tokens instead")
+                          f"add prices.{settings.model} with input, output, cache_read and "
+                          "cache_write in USD per million tokens to the config, or cap "
+                          "--max-tokens instead")
     return caps
 
 

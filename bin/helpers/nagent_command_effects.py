@@ -18,6 +18,7 @@ from nagent_command_types import Command, Redirect, Word, command_name
 from nagent_command_wrappers import EXECUTING_VARIABLES, inner_commands
 
 ASSIGN_RE = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(\[[^\]]*\])?\+?=")
+POSITIONAL_RE = re.compile(r'^"?\$\{?([@*]|\d+)(:[^}]*)?\}?"?$')   # "$@", $1, "${@:2}"
 DECLARERS = frozenset({"declare", "typeset", "local", "export", "readonly"})
 VALUE_SETTERS = frozenset({"read", "mapfile", "readarray", "printf", "getopts", "unset", "let"})
 
@@ -30,10 +31,10 @@ class CommandEffects:
             values.append((name, Word(value, word.static, False, value)))
 
     def emit(self, words, assigns, redirects, values, via=None, open_tail=False, role="run",
-             cwds=None):
+             cwds=None, quiet=False):
         if any(isinstance(r, tuple) and not r[2] for r in redirects):
             self.deferred.append(lambda: self.emit(words, assigns, redirects, values, via,
-                                                   open_tail, role, cwds))
+                                                   open_tail, role, cwds, quiet))
             return
         via = self.via if via is None else via
         redirects = tuple(r if isinstance(r, Redirect) else
@@ -42,13 +43,25 @@ class CommandEffects:
         for name, value in values:
             self.script(value, f"{via} {name}=".strip())
         name = command_name(words[0])[0] if words else None
-        if words and name is None:
+        if words and name is None and POSITIONAL_RE.match(words[0].raw or ""):
+            if self.function and not self.state.sets_positionals:
+                self.state.runs_args.add(self.function)   # its calls say what runs
+            elif self.state.sets_positionals:
+                self.state.unsure.append(f"{words[0].raw} runs what `set --` put there")
+            # (outside a function nagent passed the script no arguments: nothing runs)
+            words, name = [], None
+            if not (redirects or assigns):
+                return
+        if words and name is None and not quiet:   # (a later candidate: likely an argument)
             self.state.unsure.append(f"a command name known only at run time: {words[0].raw}")
         self.settings(name, words)
         kind, inner = inner_commands(words)
         own_role = role if role == "candidate" else ("wrapper" if kind == "wrapper" else "run")
-        self.state.commands.append(Command(tuple(words), tuple(assigns), redirects, via, self.piped,
-                                           cwds, open_tail, own_role))
+        command = Command(tuple(words), tuple(assigns), redirects, via, self.piped, cwds, open_tail,
+                          own_role)
+        self.state.commands.append(command)
+        if self.function:
+            self.state.owner[id(command)] = self.function
         for item in inner:
             inner_via = f"{via} {item.via}".strip()
             if item.kind == "unsure":
@@ -63,7 +76,7 @@ class CommandEffects:
                        item.replace in (w.raw or w.text) else w for w in item.words]
                 self.emit(sub, list(item.assigns), [], [], inner_via, open_tail or item.open_tail,
                           "candidate" if "candidate" in (role, item.role) else "run",
-                          frozenset({None}) if item.chdir else cwds)
+                          frozenset({None}) if item.chdir else cwds, quiet=not item.first)
 
     def settings(self, name, words):
         """What a command changes for the rest of the script: variables, the directory, the
@@ -71,9 +84,10 @@ class CommandEffects:
         state = self.state
         args = words[1:]
         if name in DECLARERS or name in VALUE_SETTERS:
-            if name in DECLARERS or name in ("printf", "read", "unset", "let"):
-                state.evaluates = state.evaluates or any(not w.static for w in args) or \
-                    name in ("let", "printf", "read", "unset")
+            # Names with subscripts, and values from data, are evaluated: `a[$(cmd)]` runs.
+            state.evaluates = state.evaluates or name == "let" or any(
+                not w.static or "[" in w.text for w in args) or (
+                name == "printf" and any(w.static and w.text.startswith("-v") for w in args))
             for word in args:
                 match = ASSIGN_RE.match(word.raw)
                 if match:
@@ -86,6 +100,9 @@ class CommandEffects:
         elif name == "shopt" and any(not w.static or w.text in ("expand_aliases", "extglob")
                                      for w in args):
             state.unsure.append("shopt changes how bash reads the rest of the script")
+        elif name == "set" and any(w.static and (w.text == "--" or not w.text[:1] in "-+")
+                                   or not w.static for w in args):
+            state.sets_positionals = True
         elif name == "enable":
             state.unsure.append("enable changes which builtins run")
         elif name in ("test", "[") and any(w.static and w.text == "-v" for w in args):
@@ -109,6 +126,7 @@ class CommandEffects:
         if not word.static:
             self.state.unsure.append(f"{via} of a string known only at run time".strip())
             return
+        self.state.quoted_code.discard(word.text)   # read as a script: its code is seen
         sub = type(self)(word.text, self.state, via, self.depth + 1)
         sub.piped = False
         sub.parse_all()

@@ -7,7 +7,8 @@ class). `word()` returns nagent_command_types.Word or None at a word's end: `sta
 expansion happens (the value after quote removal: `\\rm`, `'r'm` and `$'\\x72m'` are all `rm`),
 `split` when it may become zero or several words (an unquoted expansion, a glob, a brace
 list). `~` expands to state.home. Code inside a quoted literal (`'$(rm x)'`) is noted
-(state.quoted_code), as are arithmetic and indirect expansions (state.evaluates), for the
+(state.quoted_code, unless it is later read as a script itself: bash -c, eval), as are
+arithmetic, subscript and indirect expansions (state.evaluates), for the
 parser's unsure rule. `ParseFail` is raised on text bash would not accept either.
 """
 import re
@@ -82,7 +83,7 @@ class WordReader:
         if static:
             value = "".join(parts)
             if "$(" in value or "`" in value or "${" in value:
-                self.state.quoted_code = True
+                self.state.quoted_code.add(value)
             return Word(value, True, False, raw)
         return Word(raw, False, split, raw)
 

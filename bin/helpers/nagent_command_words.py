@@ -11,6 +11,10 @@ unquoted here-documents, and what wrappers run (nagent_command_wrappers: sudo, e
 find -exec, bash -c, eval, trap …), here-documents and here-strings fed to a shell
 included. A variable that holds a command for another program (GIT_PAGER=…, export
 GIT_EXTERNAL_DIFF=…) is parsed as a script too.
+A function whose body runs its arguments (`run() { echo "+ $*"; "$@"; }`) is a launcher: the
+words of each of its calls are candidate commands (nagent_command_wrappers.candidates); "$@" as
+a command outside a function runs nothing (nagent runs the script without arguments) unless the
+script sets them (`set -- …`).
 Each command's `cwds` follows `cd`/`pushd`/`popd` in text order as a set of possible
 directories (a `cd` adds its target, never removes the old one; inside a loop or function,
 with a dynamic target, or through CDPATH the directory becomes unknown: None).
@@ -23,9 +27,10 @@ subscripts (bash runs `$(…)` found in a variable's value there). Nothing here 
 import os
 import re
 
-from nagent_command_effects import CommandEffects
+from nagent_command_effects import POSITIONAL_RE, CommandEffects
 from nagent_command_quoting import ASSIGN_RE, ParseFail, WordReader
 from nagent_command_types import Command, Redirect, Script
+from nagent_command_wrappers import candidates
 
 KEYWORDS = frozenset("if then elif else fi for in do done case esac while until select function "
                      "time coproc { } ! [[ ]]".split())
@@ -41,14 +46,18 @@ class _State:
         self.cwds = frozenset({os.path.normpath(cwd)} if cwd else {None})
         self.commands, self.unsure = [], []
         self.functions, self.assigned = set(), set()
-        self.used_home = self.quoted_code = self.evaluates = False
+        self.used_home = self.evaluates = False
+        self.quoted_code = set()   # quoted literals holding $( or `: data bash may still run
+        self.runs_args = set()     # functions that run their arguments ("$@" as a command)
+        self.owner = {}            # id(Command) -> the function whose body holds it
+        self.sets_positionals = False   # `set -- …`: "$@" is no longer the caller's words
 
 
 class _Parser(WordReader, CommandEffects):
     def __init__(self, text, state, via="", depth=0):
         self.text, self.pos, self.state = text, 0, state
         self.via, self.depth = via, depth
-        self.piped, self.loop = False, 0
+        self.piped, self.loop, self.function = False, 0, None
         self.heredocs, self.deferred = [], []
         if depth > MAX_DEPTH:
             raise ParseFail("nested too deeply")
@@ -319,8 +328,9 @@ class _Parser(WordReader, CommandEffects):
         self.state.functions.add(name)
         self.skip_newlines()
         self.loop += 1
+        outer, self.function = self.function, name
         self.command()
-        self.loop -= 1
+        self.loop, self.function = self.loop - 1, outer
 
     def nested(self, closer, via):
         before = self.via
@@ -429,10 +439,35 @@ def _parse(text, cwd, home, cdpath):
     return state
 
 
+def _calls_of_runners(state):
+    """A function that runs its arguments (`run() { "$@"; }`) is a launcher: its calls' words
+    are candidate commands; a runner called with "$@" makes its caller one too."""
+    expanded, changed = set(), True
+    while changed:
+        changed = False
+        for command in list(state.commands):
+            if command.name not in state.runs_args or id(command) in expanded:
+                continue
+            expanded.add(id(command))
+            parser = _Parser("", state, f"{command.via} {command.name}()".strip())
+            for item in candidates(command.words, 1, command.name):
+                if POSITIONAL_RE.match(item.words[0].raw or ""):
+                    owner = state.owner.get(id(command))
+                    if owner and owner not in state.runs_args:
+                        state.runs_args.add(owner)
+                        changed = True
+                    elif not owner:
+                        state.unsure.append(f"{command.name} runs words known only at run time")
+                    continue
+                parser.emit(list(item.words), [], [], [], role="candidate", cwds=command.cwds,
+                            quiet=not item.first)
+
+
 def parse_script(text, cwd, home=None, cdpath=False):
     state = _parse(text, cwd, home, cdpath)
     if state.used_home and "HOME" in state.assigned:   # `~` is whatever HOME was set to
         state = _parse(text, cwd, None, cdpath)
+    _calls_of_runners(state)
     if state.quoted_code and state.evaluates:
         state.unsure.append("code in a quoted string where the script evaluates arithmetic, "
                             "subscripts or names (bash may run it)")

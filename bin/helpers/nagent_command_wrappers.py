@@ -10,7 +10,7 @@ then judges the inner command), else "run". Each `Inner` is one of:
   at run time (xargs -I, find's {}): words holding it are not known; `assigns` variables the
   wrapper sets for it (env NAME=VALUE); `chdir` when it runs in another directory; `role`
   "run", or "candidate" when the wrapper's options could not be parsed exactly and these
-  words may or may not be the command it runs.
+  words may or may not be the command it runs (`first`: the likeliest of them).
 - kind "script": `text` (a Word) is shell code the wrapper runs (bash -c, eval, sudo -s,
   su -c, ssh's remote command, trap, watch, git -c alias.x=!…, an environment variable such as
   GIT_PAGER that holds a command).
@@ -128,6 +128,7 @@ class Inner:
     chdir: bool = False
     role: str = "run"
     reason: str = ""
+    first: bool = True        # the first candidate: the likeliest command of its launcher
 
 
 def unsure(reason):
@@ -188,7 +189,7 @@ def candidates(words, start, via):
         word = words[k]
         if word.static and word.text.startswith("-"):
             continue
-        found.append(Inner("argv", tuple(words[k:]), via=via, role="candidate"))
+        found.append(Inner("argv", tuple(words[k:]), via=via, role="candidate", first=not found))
         if len(found) >= MAX_CANDIDATES:
             break
     return found

@@ -56,7 +56,9 @@ def exact_form(command):
 
 def _split(args):
     """(options, operands, unknown): static option words before `--`, the other words, and
-    whether a word known only at run time might be an option too."""
+    whether a word known only at run time might be an option too: an unquoted expansion that
+    starts the word (`rm $FLAGS x`), not a quoted one (`rm "$f"`) or one after a literal start
+    (`rm /tmp/x-$$`), which stay operands."""
     options, operands, ended, unknown = [], [], False, False
     for word in args:
         if not ended and word.static and word.text == "--":
@@ -65,7 +67,8 @@ def _split(args):
             options.append(word.text)
         else:
             operands.append(word)
-            unknown = unknown or (not word.static and not ended)
+            unknown = unknown or (not ended and word.split and
+                                  (word.raw or word.text).startswith(("$", "`")))
     return options, operands, unknown
 
 
@@ -88,9 +91,16 @@ def resolved_paths(word, command):
     if not word.static:
         return [None]
     if os.path.isabs(word.text):
-        return [os.path.realpath(word.text)]
-    return [None if cwd is None else os.path.realpath(os.path.join(cwd, word.text))
+        return [_real(word.text)]
+    return [None if cwd is None else _real(os.path.join(cwd, word.text))
             for cwd in command.cwds or {None}]
+
+
+def _real(path):
+    try:
+        return os.path.realpath(path)
+    except (OSError, ValueError):   # a NUL byte, a path the kernel refuses: not known
+        return None
 
 
 def _precious(real, place):

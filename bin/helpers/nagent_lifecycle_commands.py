@@ -291,10 +291,14 @@ def config(options, settings):
 
 
 def project_rules(settings):
-    """The rules of the project's .nagent/permissions (the working directory's project)."""
+    """The rules of the project's .nagent/permissions (the working directory's project); the
+    rule parser is imported only when such a file is there."""
     from nagent_cli import current_cwd
+    from nagent_project import find_project, git_marker_dir
+    marker = git_marker_dir(current_cwd())
+    if not marker or not os.path.lexists(os.path.join(marker, ".nagent", "permissions")):
+        return ()
     from nagent_permissions import load_project_rules
-    from nagent_project import find_project
     environ = dict(settings.environ) if settings.environ else dict(os.environ)
     project = find_project(current_cwd(), environ)
     return load_project_rules(project.root if project else None)

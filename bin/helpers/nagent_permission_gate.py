@@ -40,8 +40,8 @@ def check_permission(action, ctx, ask=ask_on_tty):
         path = registered_source(action.attr("index", ""), ctx) if action.attr("index") else None
     else:
         path = action.attr("path")
-    if not path:
-        return None   # the handler reports the missing path or split itself
+    if not path or "\x00" in path:
+        return None   # the handler reports a missing path, a NUL byte or a split it never made
     verdict = path_verdict(policy, action.kind, path, ctx.cwd)
     if verdict.decision == "deny":
         return refusal(verdict)

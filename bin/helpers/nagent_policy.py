@@ -264,6 +264,9 @@ def shell_verdict(policy, text, cwd):
             break
     if tally.deny:
         return Verdict("deny", tally.deny[0], tally.deny[1])
+    if script.unsure and policy.mode == "plan" and not policy.sandboxed:
+        return Verdict("deny", f"✗ denied by plan mode: {UNSURE}: {script.unsure[0]} (no bwrap "
+                               "sandbox here, so only commands it can read as read-only run)")
     for reason in script.unsure:
         tally.ask(f"{UNSURE}: {reason}", "")
     if tally.asks:
@@ -282,8 +285,11 @@ def path_verdict(policy, kind, path, cwd):
     """The verdict on a read, write or edit of `path` (as the action names it)."""
     place = policy.place
     base = (place.project if place else None) or cwd
-    full = path if os.path.isabs(path) else os.path.join(cwd, path)
-    real = os.path.realpath(full)
+    full = os.path.normpath(path if os.path.isabs(path) else os.path.join(cwd, path))
+    try:
+        real = os.path.realpath(full)
+    except (OSError, ValueError):   # a link loop, a path the kernel refuses: judged as written
+        real = full
     for decision in ("deny", "confirm"):
         for rule in policy.all_rules():
             if rule.decision == decision and rule.covers(kind) and \
