@@ -294,9 +294,8 @@ def project_rules(settings):
     """The rules of the project's .nagent/permissions (the working directory's project); the
     rule parser is imported only when such a file is there."""
     from nagent_cli import current_cwd
-    from nagent_project import find_project, git_marker_dir
-    marker = git_marker_dir(current_cwd())
-    if not marker or not os.path.lexists(os.path.join(marker, ".nagent", "permissions")):
+    from nagent_project import find_project, has_permissions_file
+    if not has_permissions_file(current_cwd()):
         return ()
     from nagent_permissions import load_project_rules
     environ = dict(settings.environ) if settings.environ else dict(os.environ)

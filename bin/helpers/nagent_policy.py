@@ -80,12 +80,14 @@ class Verdict:
     asked_by: str = ""
 
 
-def build_policy(settings, cwd, environ, sandboxed=False, secret_names=None):
-    """The session's Policy: the config's rules and the project's, the guard's place (the
-    validated project root, the temp roots, git for tracked and changed files), the mode."""
+def build_policy(settings, cwd, environ, sandboxed=False, secret_names=None, project_rules=None):
+    """The session's Policy: the config's rules and the project's (`project_rules`, when read
+    already), the guard's place (the validated project root, the temp roots, git for tracked
+    and changed files), the mode."""
     project = find_project(cwd, environ, secret_names)
     root = project.root if project else None
-    rules = tuple(settings.permissions) + load_project_rules(root)
+    rules = tuple(settings.permissions) + (load_project_rules(root) if project_rules is None
+                                           else tuple(project_rules))
     place = git_place(cwd, environ, root, temp_roots(environ, cwd), secret_names)
     save_to = config_file(environ) or os.path.join(nagent_home(environ), "config.json")
     return Policy(rules, place, settings.mode, sandboxed, settings.shell.approval, save_to,

@@ -28,7 +28,6 @@ from functools import cache, cached_property, partial
 from typing import Callable
 
 from nagent_budget import caps_for
-from nagent_policy import build_policy
 from nagent_config import api_key_for, resolve_settings
 import nagent_conversation_layout as layout
 from nagent_fs import regular_file_stat
@@ -73,6 +72,17 @@ def shell_policy(settings, read_only=()):
                        sandbox="bwrap" if read_only else shell.sandbox,
                        sandbox_network=shell.network, writable=shell.writable, env=shell.env,
                        read_only=tuple(read_only))
+
+
+def early_project_rules(cwd, environ, secret_names):
+    """The project's .nagent/permissions rules, read (and checked: ConfigError) before the run
+    starts; None when the project has no such file (nothing to import then)."""
+    from nagent_project import find_project, has_permissions_file
+    if not has_permissions_file(cwd):
+        return None
+    from nagent_permissions import load_project_rules
+    project = find_project(cwd, environ, secret_names)
+    return load_project_rules(project.root if project else None)
 
 
 def plan_sandbox(settings, cwd, environ):
@@ -198,12 +208,15 @@ def build_session(options, environ, cwd, settings=None):
     rows = settings.providers.values()
     secrets = secret_values(rows, environ)   # every key nagent knows: never written anywhere
     # Before any model call: a project's .nagent/permissions that cannot be read stops the run.
-    permission_policy = build_policy(settings, cwd, run_environ, bool(read_only), key_names(rows))
+    # The rest of the policy (the guard's git, the parser) waits for the first action.
+    project_rules = early_project_rules(cwd, run_environ, key_names(rows))
 
     def make_action_context():
         from nagent_actions import ActionContext
+        from nagent_policy import build_policy
         return ActionContext(
-            policy=permission_policy,
+            policy=build_policy(settings, cwd, run_environ, bool(read_only), key_names(rows),
+                                project_rules),
             cwd=cwd, environ=run_environ, write_mode=mode, conversation=path, side_dir=side_dir,
             shell_policy=policy(), settings=settings, pid=pid, depth=depth,
             max_depth=settings.agents.max_depth, agent_timeout=settings.agents.timeout,
