@@ -11,7 +11,6 @@
 - `nagent --config` lists the rules and their files, the project's included;
 - `--mode` is never taken for `--model` (no abbreviations).
 """
-import hashlib
 import json
 import os
 import shutil
@@ -20,6 +19,7 @@ import sys
 from base import BIN
 from project_fixture import ProjectFixture
 from ptys import answer_on_pty
+from test_attacks import snapshot
 from test_loop import NagentRunCase
 
 import nagent_main
@@ -33,21 +33,6 @@ MODIFIED = "tracked, with work not committed yet\n"
 
 def shells(*commands):
     return "".join(f"<nagent-shell>\n{command}\n</nagent-shell>\n" for command in commands)
-
-
-def snapshot(root):
-    """{relative path: (mode, sha256)} of everything under root, .git included."""
-    found = {}
-    for folder, dirs, files in os.walk(root):
-        for name in dirs + files:
-            path = os.path.join(folder, name)
-            st = os.lstat(path)
-            digest = ""
-            if os.path.isfile(path) and not os.path.islink(path):
-                with open(path, "rb") as handle:
-                    digest = hashlib.sha256(handle.read()).hexdigest()
-            found[os.path.relpath(path, root)] = (st.st_mode, digest)
-    return found
 
 
 class ProjectRun(NagentRunCase, ProjectFixture):
