@@ -33,8 +33,7 @@ def rules(*entries, source=CONFIG):
 
 def verdict(text, rule_list=(), place=None, mode="build", sandboxed=False, cwd="/proj"):
     place = place or Place("/proj", ("/tmp",), "/proj", "/home/u")
-    policy = nagent_policy.Policy(tuple(rule_list), place, mode=mode, sandboxed=sandboxed,
-                                  home="/home/u")
+    policy = nagent_policy.Policy(tuple(rule_list), place, mode=mode, sandboxed=sandboxed)
     return nagent_policy.shell_verdict(policy, text, cwd)
 
 
@@ -88,8 +87,7 @@ class Matching(HermeticTestCase):
                           {"decision": "deny", "read": "~/.ssh"},
                           {"decision": "confirm", "edit": "src/**/*.py"},
                           {"decision": "deny", "mcp": "github/delete_*"})
-        policy = nagent_policy.Policy(rule_list, Place("/proj", ("/tmp",), "/proj", "/home/u"),
-                                      home="/home/u")
+        policy = nagent_policy.Policy(rule_list, Place("/proj", ("/tmp",), "/proj", "/home/u"))
         table = [("write", "/proj/.env", "deny"), ("write", "/proj/.env.example", "default"),
                  ("file-patch", "/proj/.env", "deny"), ("read", "/home/u/.ssh/id_ed25519", "deny"),
                  ("read", "/proj/.env", "default"), ("file-edit", "/proj/src/a/b.py", "ask"),

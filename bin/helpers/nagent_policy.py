@@ -3,10 +3,10 @@ run it, ask first, or refuse, and the one line that says why (on screen and to t
 
 Data contract:
 - `Policy` (frozen, built once per session by `build_policy`): `rules` (the config's and the
-  project's, nagent_permissions.Rule), `place` (nagent_guard.Place), `mode` ("build" | "plan"),
-  `sandboxed` (plan mode runs shell commands in bwrap with the project read-only), `approval`
-  (shell.approval), `save_to` (the config file an "a" answer may be saved to), `session` (a
-  list the "a" answers append rules to: mutable, the session's own) and `home`.
+  project's, nagent_permissions.Rule), `place` (nagent_guard.Place: also the home `~` means),
+  `mode` ("build" | "plan"), `sandboxed` (plan mode runs shell commands in bwrap with the
+  project read-only), `save_to` (the config file an "a" answer may be saved to) and `session`
+  (a list the "a" answers append rules to: mutable, the session's own).
 - `Verdict(decision, line, command, forms, asked_by)`: decision "deny" (`line` is the refusal,
   `✗ denied by rule NAME (FILE)` …), "ask" (`asked_by` says what asks: a rule, the guard, an
   unsure parse), "allow" (every command is allowed by a rule: even `shell.approval: confirm`
@@ -62,13 +62,15 @@ class Policy:
     place: object = None
     mode: str = "build"
     sandboxed: bool = False
-    approval: str = "auto"
     save_to: str = ""
-    home: str = ""
     session: list = field(default_factory=list, compare=False)
 
     def all_rules(self):
         return self.rules + tuple(self.session)
+
+    @property
+    def home(self):
+        return (self.place.home if self.place else None) or ""
 
 
 @dataclass(frozen=True)
@@ -90,8 +92,7 @@ def build_policy(settings, cwd, environ, sandboxed=False, secret_names=None, pro
                                            else tuple(project_rules))
     place = git_place(cwd, environ, root, temp_roots(environ, cwd), secret_names)
     save_to = config_file(environ) or os.path.join(nagent_home(environ), "config.json")
-    return Policy(rules, place, settings.mode, sandboxed, settings.shell.approval, save_to,
-                  place.home or "")
+    return Policy(rules, place, settings.mode, sandboxed, save_to)
 
 
 def mcp_refusal(settings, cwd, environ, server, tool):
