@@ -180,24 +180,27 @@ def shell_environ(environ):
     return env
 
 
-def build_session(options, environ, cwd, settings=None):
+def build_session(options, environ, cwd, settings=None, needs_model=True):
     """The session for `options`. `settings` is the command's resolved Settings (resolved here
-    from the options' flags when None)."""
+    from the options' flags when None). `needs_model` False (a replace that calls no model)
+    checks neither the key nor the SDK, and prepares no sandbox (it runs no shell)."""
     from nagent_cli import provider_overrides
     # Checks first, cheapest and most specific first, and nothing written until all pass:
     # names and files, then settings, then the key and the SDK.
     check_conversation(options, environ)
     if settings is None:
         settings = resolve_settings(provider_overrides(options), environ)
-    budget = caps_for(settings, options.get("budget"))   # refuses a cost cap on an unpriced model
-    api_key_for(settings)
-    require_sdk(settings.provider)
+    # A cost cap on a model without a price is refused here, before anything runs.
+    budget = caps_for(settings, options.get("budget")) if needs_model else None
+    if needs_model:
+        api_key_for(settings)
+        require_sdk(settings.provider)
     run_environ = shell_environ(environ)
     read_only = plan_sandbox(settings, cwd, run_environ)
     sandboxed = settings.shell.sandbox == "bwrap" or bool(read_only)
     policy = cache(partial(shell_policy, settings, read_only))
     warnings = ()
-    if sandboxed:
+    if sandboxed and needs_model:
         import nagent_sandbox  # an unsandboxed run needs none of it before its first action
         # A sandbox that cannot start (exit 4) or cannot protect nagent's own files (exit 10)
         # stops the run here, before any model call, rather than failing every shell action.
