@@ -156,7 +156,10 @@ class PlanMode(ProjectRun):
         return (f'<nagent-write path="{os.path.join(self.cwd, "new-file.txt")}">x</nagent-write>\n'
                 f'<nagent-write path="{scratch}">scratch is fine</nagent-write>\n'
                 + shells("sed -i s/tracked/changed/ tracked.txt", "git add -A && git commit -qm sneaky",
-                         "git log --oneline"))
+                         "git log --oneline")
+                + '<nagent-file-edit path="tracked.txt">change it</nagent-file-edit>\n'
+                + '<nagent-replace path="tracked.txt"><old>tracked</old><new>changed</new>'
+                  '</nagent-replace>\n')
 
     def run_plan(self, env=None):
         self.fake.reply(self.plan_reply())
@@ -171,6 +174,8 @@ class PlanMode(ProjectRun):
         self.assertIn("✗ denied by plan mode", results[0])
         self.assertIn("created", results[1])
         self.assertIn("exit_code: 0", results[4])           # git log: read-only
+        for body in results[5:7]:                            # <nagent-file-edit>, <nagent-replace>
+            self.assertIn("✗ denied by plan mode", body)
         prompts = self.kinds(self.named_path("plan"), "prompt")
         self.assertEqual(prompts[-1].attr("mode"), "plan")
         context = "".join(r.body for r in self.kinds(self.named_path("plan"), "context"))
