@@ -366,3 +366,41 @@ class PatchSwapTest(HermeticTestCase):
             self.assertEqual(handle.read(), text)   # nothing written outside
         self.assertIn("link", str(caught.exception.line()))
 
+
+
+class RuleTargetTest(HermeticTestCase):
+    """Issue 23's permission rules merged in: they judge the pinned target too, so a link
+    swapped before the action's file is fixed cannot carry a write past a deny rule."""
+
+    def test_a_deny_rule_judges_the_file_the_write_will_use(self):
+        import nagent_action_targets
+        import nagent_actions
+        import nagent_permissions as perms
+        import nagent_policy
+        from nagent_actions import ActionContext, process_action
+        from nagent_guard import Place
+        from nagent_protocol import parse_response
+        from nagent_shell import ShellPolicy
+        from nagent_write_policy import WriteMode
+        protected, ok = os.path.join(self.tmpdir, "protected"), os.path.join(self.tmpdir, "ok")
+        os.makedirs(protected)
+        os.makedirs(ok)
+        link = os.path.join(self.tmpdir, "dir")
+        os.symlink(ok, link)
+        rules = perms.check_rules([("config", [{"decision": "deny", "write": protected + "/*"}])])
+        policy = nagent_policy.Policy(tuple(rules), Place(self.cwd, (self.tmpdir,), self.cwd, self.home))
+        ctx = ActionContext(cwd=self.cwd, environ=self.env, write_mode=WriteMode(), conversation="c",
+                            side_dir=os.path.join(self.tmp, "side"), shell_policy=ShellPolicy(),
+                            policy=policy)
+        real_pin = nagent_action_targets.pin_target
+
+        def swap_then_pin(action, context):   # the swap lands before the action's file is fixed
+            os.unlink(link)
+            os.symlink(protected, link)
+            return real_pin(action, context)
+        nagent_actions.pin_target = swap_then_pin
+        self.addCleanup(setattr, nagent_actions, "pin_target", real_pin)
+        outcome = process_action(parse_response(
+            f'<nagent-write path="{link}/f.txt">x</nagent-write>').actions[0], ctx)
+        self.assertEqual(os.listdir(protected), [])
+        self.assertIn('status="refused"', outcome.block)

@@ -107,7 +107,8 @@ def emit_structured_error(mode, error, json_document=None, seconds=0.0):
         sys.stdout.write(event_line(dict({"type": "error", "t": t}, **error.as_dict())) + "\n")
         sys.stdout.write(event_line({"type": "run_end", "t": t, "exit_code": error.exit_code,
                                      "calls": 0, "totals": None,
-                                     "conversation": context.get("conversation")}) + "\n")
+                                     "conversation": context.get("conversation"),
+                                     "budget": None}) + "\n")
         sys.stdout.flush()
 
 
@@ -275,7 +276,8 @@ def argument_parser(**kwargs):
                 message = message[:-1]
             raise UsageError(message, "", f"see {self.prog} --help")
 
-    parser = Parser(formatter_class=Formatter, **kwargs)
+    # No abbreviations: `--mode` must never be read as `--model` by a tool without --mode.
+    parser = Parser(formatter_class=Formatter, allow_abbrev=False, **kwargs)
     parser.add_argument("--version", action="version", version=version_line(parser.prog),
                         help="print the version and exit")
     return parser
@@ -293,7 +295,8 @@ def add_setting_flags(parser, names):
         key = KEYS[name]
         default = "" if key.default is None or callable(key.default) else f"; default {key.default}"
         rule = "" if key.kind in ("choice", "str") else "; " + key.requirement()[len("must be "):]
-        metavar = {"int": "N", "float": "SECONDS" if "timeout" in name else "N"}.get(
+        metavar = {"int": "N", "float": "SECONDS" if "timeout" in name or "time" in name
+                   else "USD" if "cost" in name else "N"}.get(
             key.kind, "CMD" if name.startswith("hooks.") else "NAME")
         text = provider_choices() if name == "provider" else key.help
         parser.add_argument(key.flag, choices=key.choices or None,

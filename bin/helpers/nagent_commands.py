@@ -108,7 +108,8 @@ def run_session(session, prompt, source, options, mode):
             report_error(NagentError(data["error"].get("error", "run failed"),
                                      data["error"].get("value", ""), data["error"].get("fix", "")))
         out.events.emit("run_end", exit_code=outcome.exit_code, calls=outcome.run_stats.model_calls,
-                        totals=data["totals"], conversation=session.path)
+                        totals=data["totals"], conversation=session.path,
+                        budget=data.get("budget"))
         return outcome.exit_code
     finally:
         out.events.close()

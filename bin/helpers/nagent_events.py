@@ -39,7 +39,7 @@ EVENT_FIELDS = {
                     "sha256_after"),
     "response": ("text", "valid", "accepted"),
     "error": ("error", "value", "fix", "kind", "exit_code"),
-    "run_end": ("exit_code", "calls", "totals", "conversation"),
+    "run_end": ("exit_code", "calls", "totals", "conversation", "budget"),
 }
 DELTA_TYPES = ("reply_delta",)
 

@@ -25,7 +25,7 @@ limit):
   and named in `notes`; those without are deleted. Binary files and files over SPLIT_MAX_BYTES
   are refused (InputError) before anything is read whole.
 - `registered_source(index_path, ctx)` -> the source the registry says a patch of that index
-  replaces, or None. `patch_registered(index_path, ctx, shown, expect_source=None) -> dict`: the
+  replaces, or None (what the action hook and the permission rules judge a patch by). `patch_registered(index_path, ctx, shown, expect_source=None) -> dict`: the
   tool's JSON result. Refused (RefusedError, also when the source is not `expect_source`,
   nothing run) unless the index is one nagent made in this conversation, its directory is still
   private, its index.json is byte for byte what was recorded, and the recorded source is

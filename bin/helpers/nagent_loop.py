@@ -36,14 +36,15 @@ from dataclasses import dataclass, replace
 
 from nagent_accounting import TokenStats
 from nagent_conversation import ConversationWriter, utc_now
-from nagent_errors import (EXIT_CODES, ExitSignal, LimitError, NagentError, ProtocolFailure,
-                           ProviderError, UsageError)
+from nagent_errors import (EXIT_CODES, BudgetError, ExitSignal, LimitError, NagentError,
+                           ProtocolFailure, ProviderError, UsageError)
 from nagent_loop_actions import process_tags, repeated_too_often
 from nagent_procs import exit_signals
 from nagent_requests import build_request
 from nagent_run import DeltaRedactor, Run
 from nagent_run_presence import deliver_inbox, late_messages, progress, registered
-from nagent_run_records import (CONTINUATION_ATTRS, CONTINUE_TEXT, failed_prompt, failure_marker)
+from nagent_run_records import (CONTINUATION_ATTRS, CONTINUE_TEXT, failed_prompt, failure_marker,
+                                mode_note)
 from nagent_window import maybe_compact
 
 
@@ -65,13 +66,17 @@ class RunOutcome:
     error: dict | None = None
     valid: bool = True  # False: `response` is the text of a reply outside the tag protocol
     accepted: bool = True  # False: the response hook refused `response` (exit 12)
+    budget: dict | None = None  # the run tree's caps and what it spent (nagent_budget.report)
 
     def as_dict(self):
-        return {"response": self.response, "valid": self.valid, "accepted": self.accepted,
+        data = {"response": self.response, "valid": self.valid, "accepted": self.accepted,
                 "exit_code": self.exit_code,
                 "conversation": self.conversation, "model_calls": self.model_calls,
                 "totals": self.run_stats.as_dict(), "conversation_totals": self.conversation_stats.as_dict(),
                 "error": self.error}
+        if self.budget is not None:
+            data["budget"] = self.budget
+        return data
 
 
 @dataclass(frozen=True)
@@ -226,7 +231,7 @@ def start_conversation(run):
 
 def outcome(run, response, code, error=None, valid=True):
     return RunOutcome(response, code, run.session.path, run.run_stats.model_calls, run.run_stats,
-                      run.conv_stats, error, valid)
+                      run.conv_stats, error, valid, budget=run.budget_report())
 
 
 def failed(run, error, response=None):
@@ -299,7 +304,11 @@ def reply_attrs(reply):
 def _loop(run, prompt, source):
     limits = run.session.limits
     start_conversation(run)
-    run.append("prompt", prompt, {"source": source})
+    mode = getattr(run.session, "mode", "build")
+    note = mode_note(run.writer.records(), mode)
+    if note:
+        run.append("system", note, {"mode": mode})
+    run.append("prompt", prompt, {"source": source, **({"mode": mode} if mode == "plan" else {})})
     run.emit("prompt", text=run.redact(prompt), source=source)
     streak_calls = 0  # model calls since the last valid reply
     while True:
@@ -362,7 +371,14 @@ def _loop(run, prompt, source):
 
 
 def final_summary(run, reason):
-    """Stop spinning: ask once for a final summary, print it, and exit with the limit code."""
+    """Stop spinning: ask once for a final summary, print it, and exit with the limit code. A
+    spent budget starts no call: the run stops with what it has."""
+    if isinstance(reason, BudgetError):
+        text = (f"The run stopped: {reason.what} ({reason.value}). Nothing was asked of the model "
+                "after that; the conversation keeps every step.")
+        run.append("system", f"<system>{text}</system>")
+        run.emit("note", text=f"stopping: {reason.what} ({reason.value})")
+        return answered(run, None, reason.exit_code, reason.as_dict())
     run.append("system", f"<system>Stop here ({reason.what}). Reply now with only a "
                "<nagent-response> summarising what was done, what is left, and why you stopped."
                "</system>")

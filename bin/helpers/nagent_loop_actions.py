@@ -88,8 +88,8 @@ def process_tags(run, actions):
     """Run the actions in reply order, appending each result (and any continuation prompt); a
     batch of agents runs concurrently and is a barrier, its results appended in tag order."""
     from nagent_actions import process_action
-    ctx = run.session.action_context
     for group in action_groups(actions):
+        ctx = run.action_context(len(group))   # what is left of the budget, shared by the group
         if group[0].kind in BATCHED:
             run_batch(run, group, ctx)
             continue

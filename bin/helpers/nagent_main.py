@@ -80,13 +80,16 @@ def build_parser():
     run = parser.add_argument_group("run")
     add_setting_flags(run, PROVIDER_FLAGS + ("max_calls", "shell.approval", "shell.sandbox",
                                              "shell.timeout", "hooks.response",
-                                             "max_parallel_agents"))
+                                             "max_parallel_agents", "mode", "max_cost",
+                                             "max_tokens", "max_time"))
     run.add_argument("--retry", action="store_true", help="re-run the last prompt, when its run failed")
     # Set by a parent nagent for its sub-agents: accepted, never shown.
     parser.add_argument("--invocation", choices=("user", "delegated"), default="user",
                         help=argparse.SUPPRESS)
     parser.add_argument("--parent-conversation", metavar="PATH", help=argparse.SUPPRESS)
     parser.add_argument("--depth", type=int, default=0, help=argparse.SUPPRESS)
+    # What is left of the parent run's budget (nagent_budget): only the driver passes it.
+    parser.add_argument("--budget", help=argparse.SUPPRESS)
     return parser
 
 

@@ -30,6 +30,9 @@ Data contract:
   nagent_config.child_key_names, no prompt, no pager, no optional locks, the ceiling above M,
   PATH without relative entries), stdin closed, GIT_TIMEOUT seconds; git itself is looked up in
   the absolute PATH entries only (nagent_paths.find_program: a clone's own `git` never runs).
+- `has_permissions_file(cwd)`: whether the `.nagent` marker's directory holds a
+  `.nagent/permissions` file (a filesystem walk only: callers read the rules, validated
+  through find_project, only when it does).
 """
 import os
 from collections import namedtuple
@@ -90,6 +93,11 @@ def run_git(marker, args, environ=None, secret_names=None):
                               env=git_environ(environ, secret_names, ceiling=marker))
     except (OSError, subprocess.SubprocessError):
         return None
+
+
+def has_permissions_file(cwd):
+    marker = git_marker_dir(cwd)
+    return bool(marker) and os.path.lexists(os.path.join(marker, ".nagent", "permissions"))
 
 
 def branch_name(git_dir):
