@@ -34,6 +34,7 @@ EVENT_FIELDS = {
     "action_end": ("index", "kind", "summary", "ok", "outcome", "seconds"),
     "agents": ("running", "total"),
     "response": ("text", "valid", "accepted"),
+    "snapshot": ("id", "files", "phase", "turn"),
     "error": ("error", "value", "fix", "kind", "exit_code"),
     "run_end": ("exit_code", "calls", "totals", "conversation"),
 }

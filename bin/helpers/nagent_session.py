@@ -10,8 +10,9 @@ context (built on first use from `make_action_context`: the action handlers and 
 they import are not needed before the first reply asks for an action, and importing them costs
 start-up time before the first request), a factory for the initial context, meta for a new
 conversation, the prompt-cache key, the secret values that must never be written anywhere, and
-start-up warnings (e.g. the sandbox working from $HOME), one line each, the sub-agent depth and
-the invocation's environment (where ~/.nagent is).
+start-up warnings (e.g. the sandbox working from $HOME), one line each, the sub-agent depth,
+the invocation's environment (where ~/.nagent is), its working directory and the key names
+the configured providers use (what no child gets).
 Every setting comes from the Settings fields (loop limits are `settings.loop`, the shell policy is
 built from `settings.shell`, sub-agent limits from `settings.agents`, file tool limits from
 `settings.file_tools`); nothing here reads config.
@@ -47,6 +48,8 @@ class Session:
     warnings: tuple = ()        # printed on stderr before the run
     depth: int = 0              # sub-agent depth (0: started by the user)
     environ: dict = field(default_factory=dict, compare=False)  # the invocation's (HOME: ~/.nagent)
+    cwd: str = ""               # the working directory actions run in
+    key_names: tuple = ()       # variables holding the configured providers' keys
 
     @cached_property
     def action_context(self):
@@ -202,5 +205,5 @@ def build_session(options, environ, cwd, settings=None):
         make_action_context=make_action_context, initial_context=initial_context, meta=meta,
         cache_key="nagent-" + hashlib.sha256(os.path.basename(path).encode()).hexdigest()[:24],
         secrets=secrets, pid=pid, file_edit=record, warnings=warnings, depth=depth,
-        environ=environ,
+        environ=environ, cwd=cwd, key_names=key_names(rows),
     )

@@ -1,0 +1,164 @@
+"""Snapshots during a run: before the turn, before each action that can change files, at its end.
+
+Data contract: `RunSnapshots(session, emit, append)` is the loop's one handle (a no-op when
+`settings.snapshots.enabled` is false):
+- `start_turn(turn_id, turn)` names the turn; `model_call()` (the loop calls it as each model
+  call goes out) takes the turn's first snapshot in a thread the first time, while the model
+  works: no action runs before its reply, so that is still the turn's start, and neither the
+  snapshot nor loading its modules (`_machinery`) delays the first request. The thread also
+  finds the project (nagent_snapshots.project_scope) and opens its store.
+- `before_action(action, summary) -> entry id | None`: before an action of a CHANGING kind
+  ("shell", "write" into the project, "file-patch", "replace", "file-edit", and "agent", whose
+  children work in the same tree), a snapshot that opens the action; `after_action(entry_id,
+  seq)` one that closes it, and notes the conversation record number of its result (the SEQ
+  of `nagent --rewind --action`). The changes between the two are the action's own; those
+  while no action of any run was open were made by someone else (the user during a model
+  call or between turns). Closing each action at once keeps parallel agents' actions apart.
+- `end_turn()` closes an action a Ctrl-C or an error cut short (an "end" snapshot), then keeps
+  the store bounded (nagent_snapshot_retention.maintain: prune daily, git gc when due).
+Every snapshot runs under the store's lock, after finishing a rewind a killed process left
+(its `<system>` note goes into this conversation when it was this conversation's rewind). What
+the run should say goes through `emit` and `append` on the run's own thread: a "snapshot"
+event (id, files, phase, turn) for each snapshot that recorded a change, a note when snapshots
+are off (the root is $HOME or /, a tree too large outside git, git missing) or a rewind was
+finished. A snapshot that fails turns snapshots off for the rest of the run; it never stops it.
+"""
+import os
+import threading
+import time
+
+from nagent_errors import NagentError
+from nagent_paths import within
+
+CHANGING_KINDS = frozenset({"shell", "write", "file-patch", "replace", "file-edit", "agent"})
+LOCK_WAIT = 30.0
+
+
+def _machinery():
+    """The snapshot modules, loaded by the first snapshot (in the turn's thread)."""
+    import nagent_rewind
+    import nagent_snapshot_retention
+    import nagent_snapshot_store
+    import nagent_snapshots
+    return nagent_snapshots, nagent_snapshot_store, nagent_rewind, nagent_snapshot_retention
+
+
+class RunSnapshots:
+    def __init__(self, session, emit, append):
+        self.session, self.emit, self.append = session, emit, append
+        self.enabled = session.settings.snapshots.enabled
+        self.cwd = session.cwd or os.getcwd()
+        self.scope = self.store = self.thread = self.limits = None
+        self.turn_id, self.turn, self.started, self.open = "", 0, False, False
+        self.off = None          # why snapshots stopped for this run
+        self.outbox = []         # (kind, fields) to emit on the run's thread
+
+    # -- taking one -----------------------------------------------------------------
+    def _open(self):
+        snapshots, store_lib, _, _ = _machinery()
+        environ = self.session.environ or dict(os.environ)
+        keys = tuple(self.session.key_names)
+        self.limits = snapshots.limits_of(self.session.settings)
+        self.scope = snapshots.project_scope(self.cwd, environ, keys)
+        if self.scope.refused:
+            self.off = f"no snapshots for --rewind here: {self.scope.refused}"
+            return
+        self.store = store_lib.open_store(self.scope.root, environ, keys)
+
+    def _take(self, phase, kind="", summary="", maintain=False, amend=None):
+        meta = {"conv": self.session.path, "turn_id": self.turn_id, "turn": self.turn,
+                "phase": phase, "kind": kind, "summary": summary}
+        try:
+            if self.store is None:
+                self._open()
+                if self.store is None:
+                    return None
+            snapshots, store_lib, rewind, retention = _machinery()
+            with store_lib.locked(self.store, LOCK_WAIT):
+                if amend:
+                    store_lib.append_journal(self.store, amend)
+                finished = rewind.finish_pending(self.store, self.scope, self.limits)
+                entry = None if phase is None else \
+                    snapshots.take_snapshot(self.store, self.scope, self.limits, meta)
+                if maintain:
+                    retention.maintain(self.store, self.limits, time.time())
+        except (NagentError, OSError) as error:
+            what = error.line()[len("Error: "):] if isinstance(error, NagentError) else str(error)
+            self.off = f"snapshots off for the rest of this run: {what}"
+            self.store = None
+            return None
+        self.open = phase == "action"
+        if finished:
+            self.outbox.append(("note", {"text": "finished a rewind a killed nagent left: "
+                                                 + rewind.summary_line(finished)}))
+            if finished["conversation"] == self.session.path:
+                self.outbox.append(("system", {"text": rewind.note_text(finished)}))
+        if entry and entry["files"]:
+            self.outbox.append(("snapshot", {"id": entry["id"], "files": entry["files"],
+                                             "phase": phase, "turn": self.turn}))
+        return entry
+
+    def _flush(self):
+        if self.thread is not None:
+            self.thread.join()
+            self.thread = None
+        for kind, fields in self.outbox:
+            if kind == "system":
+                self.append("system", fields["text"])
+            else:
+                self.emit(kind, **fields)
+        self.outbox = []
+        if self.off:
+            self.emit("note", text=self.off)
+            self.off, self.enabled = None, False
+
+    def _first(self):
+        """The turn's first snapshot, once (in a thread when `model_call` asks for it)."""
+        if self.enabled and not self.started:
+            self.started = True
+            self._take("start")
+
+    # -- the loop's calls -----------------------------------------------------------
+    def start_turn(self, turn_id, turn):
+        self.turn_id, self.turn = turn_id, turn
+
+    def model_call(self):
+        if self.enabled and not self.started and self.thread is None:
+            self.thread = threading.Thread(target=self._first, daemon=True)
+            self.thread.start()
+
+    def before_action(self, action, summary):
+        if not self.enabled:
+            return None
+        self._flush()
+        self._first()
+        if not self.enabled or self.store is None or action.kind not in CHANGING_KINDS:
+            self._flush()
+            return None
+        if action.kind == "write" and not self._in_project(action.attr("path", "")):
+            return None
+        entry = self._take("action", action.kind, summary)
+        self._flush()
+        return None if entry is None else entry["id"]
+
+    def _in_project(self, raw):
+        real = os.path.realpath(os.path.join(self.cwd, raw))
+        return within(real, self.scope.root)
+
+    def after_action(self, entry_id, seq):
+        """The action that `before_action` opened (entry `entry_id`) ended; its result is
+        record `seq` (None: it has none)."""
+        if entry_id is None or self.store is None:
+            return
+        self._take("after", amend=None if seq is None else {"id": entry_id, "seq": seq})
+        self._flush()
+
+    def end_turn(self):
+        """Close an action a Ctrl-C or an error cut short, and keep the store bounded."""
+        if not self.enabled:
+            return
+        self._flush()
+        self._first()
+        if self.enabled and self.store is not None:
+            self._take("end" if self.open else None, maintain=True)
+        self._flush()

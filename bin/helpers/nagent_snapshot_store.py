@@ -1,0 +1,216 @@
+"""Where a project's snapshots live, their lock, and their journal.
+
+Data contract:
+- One store per validated project root, `~/.nagent/snapshots/NAME-HASH` (NAME from the root's
+  last component, HASH the first 16 hex digits of sha256 of the root), mode 0700:
+    root       the project root it belongs to (checked on every open: a store never serves
+               another root)
+    git/       the shadow repository (nagent_shadow_git), its index at git/index
+    journal    one JSON object per line, appended under the lock (see below)
+    lock       the flock that serializes every snapshot and rewind of the project (parallel
+               agents in one tree, a --rewind beside a run)
+    rewind.json  the plan of a rewind in progress (present only until it is complete)
+    archive/   files a rewind moved out of the project, never deleted by nagent
+- `store_dir(root, environ)`; `open_store(root, environ, key_names, create=True) -> Store`
+  (None when it does not exist and `create` is False); SnapshotError when the directory
+  belongs to another root.
+- `locked(store, timeout)`: a context manager holding the store's flock (SnapshotBusy after
+  `timeout` s). Holding it, nobody else runs git on the store, so git lock files left by a
+  process killed mid-snapshot (index.lock) are stale and removed on entry.
+- Journal entries: {"id", "time", "tree", "commit", "conv", "turn_id", "turn", "phase", "kind",
+  "summary", "files", "count", "skipped"} (see nagent_snapshots). An amendment line {"id", "seq"}
+  adds the conversation record number of an action's result once it is appended.
+  `read_journal(store) -> [entry]` (ids ascending, amendments merged, unparsable lines
+  skipped), `last_entry(store)` reads only the tail, `append_journal(store, data)` appends one
+  line with one write, `rewrite_journal(store, entries)` replaces it atomically (pruning).
+- `read_plan(store)`, `write_plan(store, plan)`, `remove_plan(store)`: the rewind plan file.
+- `disk_usage(path) -> bytes` on disk under `path` (blocks, as du counts them);
+  `status_of(cwd, environ)` -> {"store", "project", "bytes"} of the store the project around
+  `cwd` uses, or None: for --status, found without running git (the directory holding the
+  .git found walking up, as nagent_project validates it, else the working directory).
+"""
+import hashlib
+import json
+import os
+from collections import namedtuple
+from contextlib import contextmanager
+
+from nagent_conversation_layout import sanitize
+from nagent_errors import BusyError
+from nagent_fs import atomic_write, hold_flock, read_regular
+from nagent_paths import nagent_home
+from nagent_project import git_marker_dir
+from nagent_shadow_git import Git, SnapshotError, init_git_dir, is_git_dir, shadow_env
+
+TAIL_BYTES = 64 * 1024
+STALE_GIT_LOCKS = ("index.lock", "HEAD.lock", "shallow.lock", "packed-refs.lock")
+
+Store = namedtuple("Store", "path root git journal lock plan archive")
+
+
+class SnapshotBusy(BusyError):
+    pass
+
+
+def snapshots_dir(environ=None):
+    return os.path.join(nagent_home(environ), "snapshots")
+
+
+def store_dir(root, environ=None):
+    digest = hashlib.sha256(os.fsencode(root)).hexdigest()[:16]
+    name = sanitize(os.path.basename(root.rstrip("/")))[:40] or "root"
+    return os.path.join(snapshots_dir(environ), f"{name}-{digest}")
+
+
+def _read_root(path):
+    data = read_regular(os.path.join(path, "root"), 1 << 16)
+    return None if data is None else os.fsdecode(data.rstrip(b"\n"))
+
+
+def open_store(root, environ, key_names=(), create=True):
+    path = store_dir(root, environ)
+    if not os.path.isdir(path):
+        if not create:
+            return None
+        os.makedirs(path, mode=0o700, exist_ok=True)
+    recorded = _read_root(path)
+    if recorded is None:
+        if not create:
+            return None
+        atomic_write(os.path.join(path, "root"), os.fsencode(root) + b"\n", 0o600, sync=False)
+    elif recorded != root:
+        raise SnapshotError("the snapshot store belongs to another directory", path,
+                            f"it records {recorded}; move it away")
+    git_dir = os.path.join(path, "git")
+    if not is_git_dir(git_dir):
+        if not create:
+            return None
+        init_git_dir(git_dir)
+    git = Git(git_dir, root, shadow_env(environ, git_dir, root, key_names))
+    return Store(path, root, git, os.path.join(path, "journal"), os.path.join(path, "lock"),
+                 os.path.join(path, "rewind.json"), os.path.join(path, "archive"))
+
+
+@contextmanager
+def locked(store, timeout=60.0):
+    fd = hold_flock(store.lock, timeout)
+    if fd is None:
+        raise SnapshotBusy("the project's snapshot store is busy", store.path,
+                           "another nagent is snapshotting or rewinding this project; try again")
+    try:
+        for name in STALE_GIT_LOCKS:
+            try:
+                os.unlink(os.path.join(store.git.git_dir, name))
+            except FileNotFoundError:
+                pass
+        yield store
+    finally:
+        os.close(fd)
+
+
+def _entries(lines):
+    entries, amendments = {}, []
+    for line in lines:
+        try:
+            data = json.loads(line)
+        except ValueError:
+            continue  # a torn last line of a killed process, or hand damage
+        if not isinstance(data, dict) or not isinstance(data.get("id"), int):
+            continue
+        if "tree" in data:
+            entries[data["id"]] = data
+        else:
+            amendments.append(data)
+    for amendment in amendments:
+        if amendment["id"] in entries:
+            entries[amendment["id"]].update(amendment)
+    return [entries[key] for key in sorted(entries)]
+
+
+def read_journal(store):
+    try:
+        with open(store.journal, "rb") as handle:
+            return _entries(handle.read().splitlines())
+    except FileNotFoundError:
+        return []
+
+
+def last_entry(store):
+    try:
+        with open(store.journal, "rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            handle.seek(max(0, size - TAIL_BYTES))
+            lines = handle.read().splitlines()
+    except FileNotFoundError:
+        return None
+    if size > TAIL_BYTES:
+        lines = lines[1:]  # the first line read may be cut
+    found = _entries(lines)
+    if not found and size > TAIL_BYTES:
+        found = read_journal(store)
+    return found[-1] if found else None
+
+
+def _line(data):
+    return (json.dumps(data, separators=(",", ":"), sort_keys=True) + "\n").encode()
+
+
+def append_journal(store, data):
+    fd = os.open(store.journal, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        # A killed writer may have left a line without its end: start on a line of our own.
+        size = os.fstat(fd).st_size
+        prefix = b""
+        if size:
+            with open(store.journal, "rb") as handle:
+                handle.seek(size - 1)
+                prefix = b"" if handle.read(1) == b"\n" else b"\n"
+        os.write(fd, prefix + _line(data))
+    finally:
+        os.close(fd)
+
+
+def rewrite_journal(store, entries):
+    atomic_write(store.journal, b"".join(_line(entry) for entry in entries), 0o600)
+
+
+def read_plan(store):
+    data = read_regular(store.plan, 64 << 20)
+    if data is None:
+        return None
+    try:
+        plan = json.loads(data)
+    except ValueError:
+        return None
+    return plan if isinstance(plan, dict) else None
+
+
+def write_plan(store, plan):
+    atomic_write(store.plan, json.dumps(plan).encode(), 0o600)
+
+
+def remove_plan(store):
+    try:
+        os.unlink(store.plan)
+    except FileNotFoundError:
+        pass
+
+
+def disk_usage(path):
+    total = 0
+    for folder, dirs, files in os.walk(path):
+        for name in dirs + files:
+            try:
+                total += os.lstat(os.path.join(folder, name)).st_blocks * 512
+            except OSError:
+                pass
+    return total
+
+
+def status_of(cwd, environ=None):
+    real = os.path.realpath(cwd)
+    root = os.path.realpath(git_marker_dir(real) or real)
+    path = store_dir(root, environ)
+    if _read_root(path) != root:
+        return None
+    return {"store": path, "project": root, "bytes": disk_usage(path)}
