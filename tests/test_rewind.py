@@ -25,11 +25,11 @@ from test_loop import NagentRunCase
 
 import nagent_snapshot_commands as commands
 from nagent_config import resolve_settings
-from nagent_conversation import ConversationWriter
-from nagent_errors import RefusedError
+from nagent_conversation import ConversationWriter, read_records
+from nagent_errors import RefusedError, UsageError
 from nagent_shadow_git import read_head
 from nagent_snapshot_retention import maintain, prune
-from nagent_snapshot_store import locked, open_store, read_journal, status_of
+from nagent_snapshot_store import append_journal, locked, open_store, read_journal, status_of
 from nagent_snapshots import Limits, SnapshotRefused, project_scope, take_snapshot
 
 DONE = "<nagent-response>done</nagent-response>"
@@ -259,8 +259,10 @@ class LibraryCase(Helpers, ProjectFixture, HermeticTestCase):
             if phase == "after":
                 change()
             with locked(store):
-                take_snapshot(store, scope, self.limits, dict(meta, phase=phase, kind=kind,
-                                                              summary=f"{phase} {kind}"))
+                entry = take_snapshot(store, scope, self.limits, dict(
+                    meta, phase=phase, kind=kind, summary=f"{phase} {kind}"))
+                if phase == "action":   # its result's record number, as a run notes it
+                    append_journal(store, {"id": entry["id"], "seq": 100 + len(self.tokens)})
         return store
 
     def command(self, name, cwd=None, **options):
@@ -375,6 +377,28 @@ class HostileProjectTest(LibraryCase):
         self.assertEqual((self.read("t.py"), self.read("new.txt")), ("t = 1\n", "n\n"))
 
 
+class RewindConversationTest(LibraryCase):
+    def test_rewind_an_action_and_take_the_conversation_back_with_the_files(self):
+        self.project({"a.txt": "0\n"})
+        for step in (1, 2, 3):
+            self.turn(self.run_shell(f"echo {step} > a.txt && echo {step} > new{step}.txt"))
+        data, text = self.command("rewind", action=103)       # before turn 3's action
+        self.assertIn("↺ rewound action 103 (turn 3): 1 file restored, 1 archived", text)
+        self.assertEqual(self.read("a.txt"), "2\n")
+        with self.assertRaises(UsageError):                  # by whole turns only
+            self.command("rewind", action=102, with_conversation=True)
+        data, text = self.command("rewind", turn=2, with_conversation=True)
+        self.assertEqual((self.read("a.txt"), data["branched"]["turns"]), ("1\n", 1))
+        records = read_records(self.conversation)
+        self.assertEqual([r.body for r in records if r.kind == "prompt"], ["turn 1"])
+        self.assertIn("state before turn 2", records[-1].body)
+        self.assertTrue(os.path.exists(data["branched"]["archived"]))
+        data, text = self.command("rewind", turn=1, with_conversation=True)
+        self.assertEqual(self.read("a.txt"), "0\n")
+        self.assertFalse(os.path.exists(self.conversation))   # archived: it starts afresh
+        self.assertEqual(sorted(os.listdir(self.cwd)), [".git", "a.txt"])
+
+
 class TreeAndStoreTest(LibraryCase):
     def test_outside_git_the_tree_has_limits_and_home_and_root_are_refused(self):
         for where in (self.home, "/"):
@@ -441,3 +465,14 @@ class TreeAndStoreTest(LibraryCase):
         self.assertGreater(status["bytes"], 0)
         data, _ = self.command("rewind", dry_run=True)
         self.assertEqual(data["ops"], [])
+
+
+class UsageTest(HermeticTestCase):
+    def test_flags_that_go_with_changes_or_rewind_are_refused_elsewhere(self):
+        for args, says in ((["--diff", "--status"], "--diff only applies to --changes"),
+                           (["--conversation", "--status"], "--conversation (without a NAME) "
+                                                            "only applies to --rewind"),
+                           (["--rewind", "--turn", "2", "--action", "7"], "choose one of --turn"),
+                           (["--dry-run", "hello"], "--dry-run only applies to --rewind")):
+            proc = self.run_tool("nagent", *args)
+            self.assertCleanError(proc, 2, says)

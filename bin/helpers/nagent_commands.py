@@ -16,7 +16,7 @@ answer, --events lines); an error raised after the settings are resolved carries
 import os
 import sys
 
-from nagent_cli import (current_cwd, emit_json, load_settings, output_mode, read_prompt, redact,
+from nagent_cli import (current_cwd, emit_json, load_settings, output_mode, read_prompt, redacted,
                         report_error)
 from nagent_errors import EXIT_CODES, NagentError, UsageError
 
@@ -129,17 +129,6 @@ def error_event(error, code):
     kind = error.get("kind") or next((name for name, value in EXIT_CODES.items() if value == code),
                                      "failure")
     return dict({"value": "", "fix": "", "kind": kind, "exit_code": code}, **error)
-
-
-def redacted(value, secrets):
-    """`value` (JSON-shaped data) with every secret blanked in every string."""
-    if isinstance(value, str):
-        return redact(value, secrets)
-    if isinstance(value, dict):
-        return {key: redacted(item, secrets) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [redacted(item, secrets) for item in value]
-    return value
 
 
 def run_lifecycle(chosen, options):

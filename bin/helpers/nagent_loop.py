@@ -47,7 +47,6 @@ from nagent_requests import build_request
 from nagent_run import DeltaRedactor, Run
 from nagent_run_presence import deliver_inbox, late_messages, progress, registered
 from nagent_run_records import (CONTINUATION_ATTRS, CONTINUE_TEXT, failed_prompt, failure_marker)
-from nagent_run_snapshots import RunSnapshots
 from nagent_window import maybe_compact
 
 
@@ -121,8 +120,7 @@ def call_llm(run, purpose="reply"):
     progress(run, f"model call {run.calls}")
     try:
         client = run.provider_client()
-        if run.snapshots:
-            run.snapshots.model_call()   # the turn's first snapshot runs while the model works
+        turn_snapshots(run).model_call()   # the turn's first snapshot runs while the model works
         result = nagent_llm.generate(request, session.settings, on_retry=on_retry,
                                      client=client,
                                      on_text=deltas.feed if deltas else None)
@@ -183,7 +181,6 @@ def run_agent_loop(session, prompt, source="argv", events=None):
             prompt = retry_prompt(writer.records(), session.path)
         run = Run(session, writer, events)
         run.instance = instance
-        run.snapshots = RunSnapshots(session, run.emit, run.append)
         try:
             done = _loop(run, prompt, source)
         except KeyboardInterrupt:
@@ -205,8 +202,19 @@ def run_agent_loop(session, prompt, source="argv", events=None):
         return done
 
 
+def turn_snapshots(run):
+    """The turn's snapshots (nagent_run_snapshots), made as its first model call goes out: their
+    modules are not needed before the first request."""
+    if run.snapshots is None:
+        from nagent_run_snapshots import RunSnapshots
+        run.snapshots = RunSnapshots(run.session, run.emit, run.append, run.turn_id, run.prompts)
+    return run.snapshots
+
+
 def end_snapshot(run):
-    """The turn's last snapshot; a second Ctrl-C or signal during it only skips it."""
+    """Close an action a Ctrl-C cut short; a second Ctrl-C or signal meanwhile only skips it."""
+    if run.snapshots is None:
+        return
     try:
         run.snapshots.end_turn()
     except (KeyboardInterrupt, ExitSignal):
@@ -321,7 +329,7 @@ def _loop(run, prompt, source):
     turn_id = os.urandom(8).hex()   # names this turn for its snapshots (--changes, --rewind)
     run.append("prompt", prompt, {"source": source, "turn_id": turn_id})
     run.emit("prompt", text=run.redact(prompt), source=source)
-    run.snapshots.start_turn(turn_id, run.prompts)
+    run.turn_id = turn_id
     streak_calls = 0  # model calls since the last valid reply
     while True:
         deliver_inbox(run)   # a turn boundary: messages sent with --send come in here

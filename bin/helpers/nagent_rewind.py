@@ -4,10 +4,12 @@ Data contract:
 - `make_plan(store, entries, target, owner, force) -> plan dict`. `entries` is the journal with
   the current state as its last entry (an unrecorded pre-rewind snapshot), `target` the index of
   the snapshot to go back to. Only paths the owner's actions changed since the target (see
-  nagent_snapshot_history: attribution) are touched; a path someone else also changed since
-  (the user between turns, another conversation) is a conflict: without `force` the plan has
-  `conflicts` and nothing may run; with it, that file's current version is kept in the archive
-  first. Ops, in order: ["archive", path] (the file did not exist at the target: moved into the
+  nagent_snapshot_history: attribution) are touched. A path whose last change was someone
+  else's (the user between turns, another conversation, the turns a branched conversation
+  dropped) is a conflict: what stands there now is their work. Without `force` the plan has
+  `conflicts` and nothing may run; with it, that file's current version is kept in the
+  archive first. (Someone else's change that ours overwrote later stays in the store: the
+  snapshot before our change holds it.) Ops, in order: ["archive", path] (the file did not exist at the target: moved into the
   archive, never deleted), ["restore", path, mode, sha, expected_sha|None, keep] (written from
   the store; `expected_sha` is what the current file should be, anything else is copied to the
   archive before it is replaced), ["unrestorable", path, why] (over the size cap: its contents
@@ -56,11 +58,15 @@ class RewindConflict(RefusedError):
 def make_plan(store, entries, target, owner, force):
     current = len(entries) - 1
     opened = open_at(entries)
-    ours, others = set(), set()
-    for k, paths in changed_paths(store, entries, range(target, current)).items():
-        mine, _ = interval_owners(entries, opened, k, owner)
-        (ours if mine else others).update(paths)
-    conflicts = sorted(ours & others)
+    ours, last_mine = set(), {}
+    for k, paths in sorted(changed_paths(store, entries, range(target, current)).items()):
+        mine = bool(interval_owners(entries, opened, k, owner)[0])
+        if mine:
+            ours.update(paths)
+        for path in paths:
+            last_mine[path] = mine
+    # Someone else's work is what stands now: the last change to the file was not ours.
+    conflicts = sorted(path for path in ours if not last_mine[path])
     then, now = entries[target], entries[current]
     diff = {}
     if ours and tree(then) != tree(now):

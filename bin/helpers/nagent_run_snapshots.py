@@ -1,12 +1,12 @@
 """Snapshots during a run: before the turn, before each action that can change files, at its end.
 
-Data contract: `RunSnapshots(session, emit, append)` is the loop's one handle (a no-op when
-`settings.snapshots.enabled` is false):
-- `start_turn(turn_id, turn)` names the turn; `model_call()` (the loop calls it as each model
-  call goes out) takes the turn's first snapshot in a thread the first time, while the model
-  works: no action runs before its reply, so that is still the turn's start, and neither the
-  snapshot nor loading its modules (`_machinery`) delays the first request. The thread also
-  finds the project (nagent_snapshots.project_scope) and opens its store.
+Data contract: `RunSnapshots(session, emit, append, turn_id, turn)` is the loop's one handle for
+the turn `turn_id` (number `turn`), made as the first model call goes out (nagent_loop loads this
+module then: neither it nor a snapshot delays the first request); a no-op when
+`settings.snapshots.enabled` is false:
+- `model_call()` takes the turn's first snapshot in a thread, while the model works: no action
+  runs before its reply, so that is still the turn's start. The thread also finds the project
+  (nagent_snapshots.project_scope) and opens its store.
 - `before_action(action, summary) -> entry id | None`: before an action of a CHANGING kind
   ("shell", "write" into the project, "file-patch", "replace", "file-edit", and "agent", whose
   children work in the same tree), a snapshot that opens the action; `after_action(entry_id,
@@ -27,6 +27,10 @@ import os
 import threading
 import time
 
+import nagent_rewind as rewind
+import nagent_snapshot_retention as retention
+import nagent_snapshot_store as store_lib
+import nagent_snapshots as snapshots
 from nagent_errors import NagentError
 from nagent_paths import within
 
@@ -34,31 +38,21 @@ CHANGING_KINDS = frozenset({"shell", "write", "file-patch", "replace", "file-edi
 LOCK_WAIT = 30.0
 
 
-def _machinery():
-    """The snapshot modules, loaded by the first snapshot (in the turn's thread)."""
-    import nagent_rewind
-    import nagent_snapshot_retention
-    import nagent_snapshot_store
-    import nagent_snapshots
-    return nagent_snapshots, nagent_snapshot_store, nagent_rewind, nagent_snapshot_retention
-
-
 class RunSnapshots:
-    def __init__(self, session, emit, append):
+    def __init__(self, session, emit, append, turn_id, turn):
         self.session, self.emit, self.append = session, emit, append
         self.enabled = session.settings.snapshots.enabled
         self.cwd = session.cwd or os.getcwd()
-        self.scope = self.store = self.thread = self.limits = None
-        self.turn_id, self.turn, self.started, self.open = "", 0, False, False
+        self.limits = snapshots.limits_of(session.settings)
+        self.scope = self.store = self.thread = None
+        self.turn_id, self.turn, self.started, self.open = turn_id, turn, False, False
         self.off = None          # why snapshots stopped for this run
         self.outbox = []         # (kind, fields) to emit on the run's thread
 
     # -- taking one -----------------------------------------------------------------
     def _open(self):
-        snapshots, store_lib, _, _ = _machinery()
         environ = self.session.environ or dict(os.environ)
         keys = tuple(self.session.key_names)
-        self.limits = snapshots.limits_of(self.session.settings)
         self.scope = snapshots.project_scope(self.cwd, environ, keys)
         if self.scope.refused:
             self.off = f"no snapshots for --rewind here: {self.scope.refused}"
@@ -73,7 +67,6 @@ class RunSnapshots:
                 self._open()
                 if self.store is None:
                     return None
-            snapshots, store_lib, rewind, retention = _machinery()
             with store_lib.locked(self.store, LOCK_WAIT):
                 if amend:
                     store_lib.append_journal(self.store, amend)
@@ -119,9 +112,6 @@ class RunSnapshots:
             self._take("start")
 
     # -- the loop's calls -----------------------------------------------------------
-    def start_turn(self, turn_id, turn):
-        self.turn_id, self.turn = turn_id, turn
-
     def model_call(self):
         if self.enabled and not self.started and self.thread is None:
             self.thread = threading.Thread(target=self._first, daemon=True)

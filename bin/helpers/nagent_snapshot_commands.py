@@ -21,7 +21,8 @@ Text shown on a terminal is made safe (paths and commands are the model's and th
 import os
 
 import nagent_conversation_lifecycle as lifecycle
-from nagent_cli import current_cwd, redact
+from nagent_cli import current_cwd, redact, redacted
+from nagent_config import child_key_names
 from nagent_conversation import ConversationWriter, read_records
 from nagent_errors import InputError, RefusedError, UsageError
 from nagent_rewind import finish_pending, note_text, run_rewind, summary_line
@@ -37,7 +38,6 @@ BAR = 40
 
 def _project(settings):
     environ = dict(os.environ)
-    from nagent_config import child_key_names
     keys = child_key_names(environ)
     scope = project_scope(current_cwd(), environ, keys)
     if scope.refused:
@@ -172,12 +172,7 @@ def changes(options, settings):
     text = "\n\n".join(_unit_text(report, bool(options.get("diff"))) for report in reports)
     if finished:
         text = "finished a rewind a killed nagent left: " + summary_line(finished) + "\n" + text
-    return _redacted(data), redact(text) or "no changes recorded for this conversation's turns"
-
-
-def _redacted(data):
-    from nagent_commands import redacted   # every secret nagent knows, as run output does
-    return redacted(data, None)
+    return redacted(data), redact(text) or "no changes recorded for this conversation's turns"
 
 
 def _no_turn(turn, owner):
@@ -280,4 +275,4 @@ def _rewind_output(result, dry, branched, finished, root):
         if branched:
             lines.append(f"  conversation: back to its first {branched['turns']} turns; the "
                          f"previous one was archived at {branched['archived']}")
-    return _redacted(data), redact("\n".join(lines))
+    return redacted(data), redact("\n".join(lines))
