@@ -28,9 +28,10 @@ model_call_start/end, reply_delta (only when a sink wants deltas: the calls are 
 streamed), retry, reply (valid, final), note, action_start/end, agents (the running children of a
 batch, whenever they or what they do change; an empty list when the batch is over) and
 response (once a response hook, if any, accepted it), and snapshot (nagent_run_snapshots: the
-project tree is snapshotted at the turn's start, before each action that can change files and
-at its end; each user prompt record carries a `turn_id` naming the turn for them). The caller
-emits error and run_end. Nothing here prints but the initial context's warnings.
+project tree is snapshotted at the turn's start, while its first model call runs, and before
+and after each action that can change files; each user prompt record carries a `turn_id`
+naming the turn for them). The caller emits error and run_end. Nothing here prints but the
+initial context's warnings.
 """
 import json
 import os

@@ -6,10 +6,10 @@ Data contract: `process_tags(run, actions)` runs `actions` (parsed, non-response
 outcome announced (action_end) and recorded (hook record, result, continuation prompt, a
 child's totals folded in, a cut-off child remembered); an action that can change files gets a
 snapshot before and after it (run.snapshots, nagent_run_snapshots; a batch of agents one pair
-for the batch). A
-batch of agents runs concurrently (nagent_actions.process_agents), is a barrier for what
-follows, appends results in tag order and emits "agents" events while its children run. `repeated_too_often(run, actions, limit)`
-is the repeated-action guard's count (run.recent_actions). Nothing here prints.
+for the batch). A batch of agents runs concurrently (nagent_actions.process_agents), is a
+barrier for what follows, appends results in tag order and emits "agents" events while its
+children run. `repeated_too_often(run, actions, limit)` is the repeated-action guard's count
+(run.recent_actions). Nothing here prints.
 """
 import time
 

@@ -33,6 +33,7 @@ import threading
 import time
 
 from nagent_errors import RefusedError
+from nagent_paths import within
 from nagent_shadow_git import blob_sha, parse_raw_diff
 from nagent_snapshot_history import changed_paths, interval_owners, open_at, tree
 from nagent_snapshot_store import (append_journal, read_journal, read_plan, remove_plan,
@@ -372,8 +373,9 @@ def finish_pending(store, scope, limits):
     plan = read_plan(store)
     if plan is None:
         return None
-    if not all(key in plan for key in ("pre", "ops", "archive", "label", "conversation")):
-        remove_plan(store)   # not a plan nagent wrote whole: nothing can be trusted in it
+    if not all(key in plan for key in ("pre", "ops", "archive", "label", "conversation")) or \
+            not within(os.path.realpath(str(plan["archive"])), os.path.realpath(store.archive)):
+        remove_plan(store)   # not a plan nagent wrote: nothing in it can be trusted
         return None
     entries = read_journal(store)
     pre_id = plan["pre"]["id"]

@@ -37,8 +37,8 @@ from nagent_errors import ConfigError
 from nagent_fs import atomic_write, read_regular
 from nagent_paths import home_dir, nagent_home, within
 from nagent_project import find_project, git_marker_dir
-from nagent_shadow_git import (EMPTY_TREE, SnapshotError, parse_status, read_head, set_head,
-                               write_commit)
+from nagent_shadow_git import (EMPTY_TREE, Git, SnapshotError, parse_status, read_head,
+                               set_head, write_commit)
 from nagent_snapshot_store import append_journal, last_entry
 
 Scope = namedtuple("Scope", "root mode user_git refused")
@@ -133,10 +133,9 @@ def _tracked_ignored(store, scope):
         copy = os.path.join(store.git.git_dir, "project-index")
         atomic_write(copy, data, 0o600, sync=False)
         git = store.git
-        env = dict(git.env, GIT_INDEX_FILE=copy)
+        reader = Git(git.git_dir, git.work_tree, dict(git.env, GIT_INDEX_FILE=copy))
         try:
-            listed = type(git)(git.git_dir, git.work_tree, env).run(
-                "ls-files", "-z", "-c", "-i", "--exclude-standard")
+            listed = reader.run("ls-files", "-z", "-c", "-i", "--exclude-standard")
             paths = [os.fsdecode(item) for item in listed.split(b"\0") if item]
         except SnapshotError:
             paths = []  # an index git cannot read alone (split index ...): untracked rules only
@@ -199,7 +198,8 @@ def take_snapshot(store, scope, limits, meta, now=None, record=True):
     forced = _tracked_ignored(store, scope) if scope.mode == "git" else []
     adds, removes, force, skipped = _classify(scope.root, status, forced, limits.max_file_bytes)
     count = (last or {}).get("count", 0)
-    new_files = sum(1 for path, _ in adds if path not in set(status.changed))
+    tracked = set(status.changed)
+    new_files = sum(1 for path, _ in adds if path not in tracked)
     count = max(0, count + new_files - len(removes) - len(force))
     if scope.mode == "tree":
         copied = sum(size for _, size in adds)
