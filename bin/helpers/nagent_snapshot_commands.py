@@ -142,10 +142,14 @@ def _unit_text(report, with_diff):
     if report["outside"]:
         lines.append("  changed outside nagent's actions (you or another program):")
         lines += [_stat_line(item, width) for item in report["outside"]]
-    count = report["files_changed"]
-    lines.append(f"  {count} file{'s' if count != 1 else ''} changed by the agent, "
-                 f"{report['insertions']} insertions(+), {report['deletions']} deletions(-)")
+    lines.append(f"  {_many(report['files_changed'], 'file')} changed by the agent, "
+                 f"{_many(report['insertions'], 'insertion')}(+), "
+                 f"{_many(report['deletions'], 'deletion')}(-)")
     return "\n".join(lines)
+
+
+def _many(count, noun):
+    return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 def changes(options, settings):
