@@ -115,7 +115,10 @@ def status(options, settings):
     files = ", ".join(f"{item['path']} from {item['layer']}" for item in data["config_files"])
     lines.append("config files: " + (files or "none, defaults only"))
     from nagent_snapshot_store import status_of
-    data["snapshots"] = status_of(os.getcwd(), dict(os.environ))
+    try:
+        data["snapshots"] = status_of(os.getcwd(), dict(os.environ))
+    except OSError:   # the working directory is gone: no project to speak of
+        data["snapshots"] = None
     if data["snapshots"]:
         lines.append(f"snapshots: {human_size(data['snapshots']['bytes'])} for "
                      f"{data['snapshots']['project']} in {data['snapshots']['store']}")

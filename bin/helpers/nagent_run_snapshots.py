@@ -132,7 +132,10 @@ class RunSnapshots:
         return None if entry is None else entry["id"]
 
     def _in_project(self, raw):
-        real = os.path.realpath(os.path.join(self.cwd, raw))
+        try:
+            real = os.path.realpath(os.path.join(self.cwd, raw))
+        except (ValueError, OSError):   # a NUL byte: the write is refused, nothing changes
+            return False
         return within(real, self.scope.root)
 
     def after_action(self, entry_id, seq):

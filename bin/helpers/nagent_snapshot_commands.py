@@ -229,7 +229,7 @@ def rewind(options, settings):
             target, label, turn = _target(entries, owner, options)
             if branch and turn is None:
                 raise UsageError("--rewind --conversation goes back by whole turns", label,
-                                 "use --turn N (or rewind the last turn)")
+                                 "use --turn N, or rewind the last turn")
             keep_turns = (turn - 1) if branch else len(owner.tokens)
             base = owner.tokens[keep_turns - 1] if keep_turns > 0 else ""
             result = run_rewind(store, scope, limits_of(settings), owner, entries, target, label,
