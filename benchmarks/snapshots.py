@@ -33,7 +33,8 @@ from base import clean_environ  # noqa: E402
 from bench_env import make_workspace, median_ms  # noqa: E402
 from nagent_conversation import ConversationWriter  # noqa: E402
 from nagent_snapshot_retention import start_gc  # noqa: E402
-from nagent_snapshot_store import disk_usage, locked, open_store  # noqa: E402
+from nagent_snapshot_layout import disk_usage  # noqa: E402
+from nagent_snapshot_store import locked, open_store  # noqa: E402
 from nagent_snapshots import Limits, project_scope, take_snapshot  # noqa: E402
 from turns import run_once  # noqa: E402
 

@@ -29,7 +29,8 @@ from nagent_conversation import ConversationWriter, read_records
 from nagent_errors import RefusedError, UsageError
 from nagent_shadow_git import read_head
 from nagent_snapshot_retention import maintain, prune
-from nagent_snapshot_store import append_journal, locked, open_store, read_journal, status_of
+from nagent_snapshot_layout import status_of
+from nagent_snapshot_store import append_journal, locked, open_store, read_journal
 from nagent_snapshots import Limits, SnapshotRefused, project_scope, take_snapshot
 
 DONE = "<nagent-response>done</nagent-response>"

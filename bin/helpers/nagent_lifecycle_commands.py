@@ -114,7 +114,7 @@ def status(options, settings):
     lines.append(f"provider: {data['provider']}, model {data['model']}")
     files = ", ".join(f"{item['path']} from {item['layer']}" for item in data["config_files"])
     lines.append("config files: " + (files or "none, defaults only"))
-    from nagent_snapshot_store import status_of
+    from nagent_snapshot_layout import status_of
     try:
         data["snapshots"] = status_of(os.getcwd(), dict(os.environ))
     except OSError:   # the working directory is gone: no project to speak of

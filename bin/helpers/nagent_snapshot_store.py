@@ -1,8 +1,8 @@
 """Where a project's snapshots live, their lock, and their journal.
 
 Data contract:
-- One store per validated project root, `~/.nagent/snapshots/NAME-HASH` (NAME from the root's
-  last component, HASH the first 16 hex digits of sha256 of the root), mode 0700:
+- One store per validated project root, `~/.nagent/snapshots/NAME-HASH`
+  (nagent_snapshot_layout.store_dir), mode 0700:
     root       the project root it belongs to (checked on every open: a store never serves
                another root)
     git/       the shadow repository (nagent_shadow_git), its index at git/index
@@ -11,7 +11,7 @@ Data contract:
                agents in one tree, a --rewind beside a run)
     rewind.json  the plan of a rewind in progress (present only until it is complete)
     archive/   files a rewind moved out of the project, never deleted by nagent
-- `store_dir(root, environ)`; `open_store(root, environ, key_names, create=True) -> Store`
+- `open_store(root, environ, key_names, create=True) -> Store`
   (None when it does not exist and `create` is False); SnapshotError when the directory
   belongs to another root.
 - `locked(store, timeout)`: a context manager holding the store's flock (SnapshotBusy after
@@ -24,22 +24,15 @@ Data contract:
   skipped), `last_entry(store)` reads only the tail, `append_journal(store, data)` appends one
   line with one write, `rewrite_journal(store, entries)` replaces it atomically (pruning).
 - `read_plan(store)`, `write_plan(store, plan)`, `remove_plan(store)`: the rewind plan file.
-- `disk_usage(path) -> bytes` on disk under `path` (blocks, as du counts them);
-  `status_of(cwd, environ)` -> {"store", "project", "bytes"} of the store the project around
-  `cwd` uses, or None: for --status, found without running git (the directory holding the
-  .git found walking up, as nagent_project validates it, else the working directory).
 """
-import hashlib
 import json
 import os
 from collections import namedtuple
 from contextlib import contextmanager
 
-from nagent_conversation_layout import sanitize
 from nagent_errors import BusyError
 from nagent_fs import atomic_write, hold_flock, read_regular
-from nagent_paths import nagent_home
-from nagent_project import git_marker_dir
+from nagent_snapshot_layout import read_root, store_dir
 from nagent_shadow_git import Git, SnapshotError, init_git_dir, is_git_dir, shadow_env
 
 TAIL_BYTES = 64 * 1024
@@ -52,28 +45,13 @@ class SnapshotBusy(BusyError):
     pass
 
 
-def snapshots_dir(environ=None):
-    return os.path.join(nagent_home(environ), "snapshots")
-
-
-def store_dir(root, environ=None):
-    digest = hashlib.sha256(os.fsencode(root)).hexdigest()[:16]
-    name = sanitize(os.path.basename(root.rstrip("/")))[:40] or "root"
-    return os.path.join(snapshots_dir(environ), f"{name}-{digest}")
-
-
-def _read_root(path):
-    data = read_regular(os.path.join(path, "root"), 1 << 16)
-    return None if data is None else os.fsdecode(data.rstrip(b"\n"))
-
-
 def open_store(root, environ, key_names=(), create=True):
     path = store_dir(root, environ)
     if not os.path.isdir(path):
         if not create:
             return None
         os.makedirs(path, mode=0o700, exist_ok=True)
-    recorded = _read_root(path)
+    recorded = read_root(path)
     if recorded is None:
         if not create:
             return None
@@ -194,23 +172,3 @@ def remove_plan(store):
         os.unlink(store.plan)
     except FileNotFoundError:
         pass
-
-
-def disk_usage(path):
-    total = 0
-    for folder, dirs, files in os.walk(path):
-        for name in dirs + files:
-            try:
-                total += os.lstat(os.path.join(folder, name)).st_blocks * 512
-            except OSError:
-                pass
-    return total
-
-
-def status_of(cwd, environ=None):
-    real = os.path.realpath(cwd)
-    root = os.path.realpath(git_marker_dir(real) or real)
-    path = store_dir(root, environ)
-    if _read_root(path) != root:
-        return None
-    return {"store": path, "project": root, "bytes": disk_usage(path)}
