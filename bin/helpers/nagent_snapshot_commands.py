@@ -22,6 +22,7 @@ import os
 
 import nagent_conversation_lifecycle as lifecycle
 from nagent_cli import current_cwd, redact, redacted
+from nagent_secrets import secret_values
 from nagent_config import child_key_names
 from nagent_conversation import ConversationWriter, read_records
 from nagent_errors import InputError, RefusedError, UsageError
@@ -148,6 +149,11 @@ def _unit_text(report, with_diff):
     return "\n".join(lines)
 
 
+def _secrets(settings):
+    """Every key nagent knows: none is shown, whatever a file or a diff holds."""
+    return secret_values(settings.providers.values(), os.environ)
+
+
 def _many(count, noun):
     return f"{count} {noun}{'' if count == 1 else 's'}"
 
@@ -176,7 +182,9 @@ def changes(options, settings):
     text = "\n\n".join(_unit_text(report, bool(options.get("diff"))) for report in reports)
     if finished:
         text = "finished a rewind a killed nagent left: " + summary_line(finished) + "\n" + text
-    return redacted(data), redact(text) or "no changes recorded for this conversation's turns"
+    secrets = _secrets(settings)
+    return (redacted(data, secrets),
+            redact(text, secrets) or "no changes recorded for this conversation's turns")
 
 
 def _no_turn(turn, owner):
@@ -241,7 +249,9 @@ def rewind(options, settings):
         if writer is not None:
             writer.close()
     branched = _branch(path, turn - 1, result) if done and branch else None
-    return _rewind_output(result, dry, branched, finished, scope.root)
+    data, text = _rewind_output(result, dry, branched, finished, scope.root)
+    secrets = _secrets(settings)
+    return redacted(data, secrets), redact(text, secrets)
 
 
 def _branch(path, keep, result):
@@ -279,4 +289,4 @@ def _rewind_output(result, dry, branched, finished, root):
         if branched:
             lines.append(f"  conversation: back to its first {branched['turns']} turns; the "
                          f"previous one was archived at {branched['archived']}")
-    return redacted(data), redact("\n".join(lines))
+    return data, "\n".join(lines)
