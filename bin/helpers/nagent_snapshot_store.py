@@ -36,7 +36,7 @@ from nagent_snapshot_layout import read_root, store_dir
 from nagent_shadow_git import Git, SnapshotError, init_git_dir, is_git_dir, shadow_env
 
 TAIL_BYTES = 64 * 1024
-STALE_GIT_LOCKS = ("index.lock", "HEAD.lock", "shallow.lock", "packed-refs.lock")
+STALE_GIT_LOCKS = ("index.lock",)   # a background git gc may hold its own locks: not these
 
 Store = namedtuple("Store", "path root git journal lock plan archive")
 
