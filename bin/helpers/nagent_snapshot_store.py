@@ -114,19 +114,24 @@ def read_journal(store):
 
 
 def last_entry(store):
+    """The newest entry, from the journal's end (its amendment lines do not matter here)."""
     try:
         with open(store.journal, "rb") as handle:
             size = os.fstat(handle.fileno()).st_size
-            handle.seek(max(0, size - TAIL_BYTES))
-            lines = handle.read().splitlines()
+            for tail in (TAIL_BYTES // 8, TAIL_BYTES, size):
+                handle.seek(max(0, size - tail))
+                lines = handle.read().splitlines()
+                if tail < size:
+                    lines = lines[1:]   # the first line read may be cut
+                for line in reversed(lines):
+                    found = _entries([line])
+                    if found:
+                        return found[0]
+                if tail >= size:
+                    return None
     except FileNotFoundError:
         return None
-    if size > TAIL_BYTES:
-        lines = lines[1:]  # the first line read may be cut
-    found = _entries(lines)
-    if not found and size > TAIL_BYTES:
-        found = read_journal(store)
-    return found[-1] if found else None
+    return None
 
 
 def _line(data):
