@@ -118,7 +118,8 @@ def run_batch(run, group, ctx):
     whenever the running children or what they do changes (the display's table of children)."""
     from nagent_actions import process_agents
     summaries = [summary_of(run, action) for action in group]
-    snapshot = snapshot_before(run, group[0], f"{len(group)} sub-agent(s): {summaries[0]}")
+    more = f" (and {len(group) - 1} more)" if len(group) > 1 else ""
+    snapshot = snapshot_before(run, group[0], summaries[0] + more)
     began = time.monotonic()
     starts = [start_action(run, action, summary) for action, summary in zip(group, summaries)]
     progress(run, f"agents: {len(group)}")
