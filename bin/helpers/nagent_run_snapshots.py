@@ -1,4 +1,4 @@
-"""Snapshots during a run: before the turn, before each action that can change files, at its end.
+"""Snapshots during a run: at the turn's start, before and after each action that can change files.
 
 Data contract: `RunSnapshots(session, emit, append, turn_id, turn)` is the loop's one handle for
 the turn `turn_id` (number `turn`), made as the first model call goes out (nagent_loop loads this
@@ -6,16 +6,21 @@ module then: neither it nor a snapshot delays the first request); a no-op when
 `settings.snapshots.enabled` is false:
 - `model_call()` takes the turn's first snapshot in a thread, while the model works: no action
   runs before its reply, so that is still the turn's start. The thread also finds the project
-  (nagent_snapshots.project_scope) and opens its store.
+  (nagent_snapshots.project_scope) and opens its store. Later calls take the snapshot that
+  closes the reply's last action the same way.
 - `before_action(action, summary) -> entry id | None`: before an action of a CHANGING kind
   ("shell", "write" into the project, "file-patch", "replace", "file-edit", and "agent", whose
-  children work in the same tree), a snapshot that opens the action; `after_action(entry_id,
-  seq)` one that closes it, and notes the conversation record number of its result (the SEQ
-  of `nagent --rewind --action`). The changes between the two are the action's own; those
-  while no action of any run was open were made by someone else (the user during a model
-  call or between turns). Closing each action at once keeps parallel agents' actions apart.
-- `end_turn()` closes an action a Ctrl-C or an error cut short (an "end" snapshot), then keeps
-  the store bounded (nagent_snapshot_retention.maintain: prune daily, git gc when due).
+  children work in the same tree), a snapshot that opens the action (and closes the one before
+  it in the same reply). `after_action(entry_id, seq)` notes that it ended and the
+  conversation record number of its result (the SEQ of `nagent --rewind --action`); the
+  snapshot that closes it ("after") waits for whichever comes first: the next changing action
+  of the reply, the next model call (then in a thread, off the wait between calls), the turn's
+  end. The changes while an action is open are its own; those while no action of any run is
+  open were made by someone else (the user while the model thinks, or between turns). Closing
+  each action before the model is asked again keeps parallel agents' actions apart.
+- `end_turn()` closes what is still open ("after", or "end" for an action a Ctrl-C or an error
+  cut short), then keeps the store bounded (nagent_snapshot_retention.maintain: prune daily,
+  git gc when due).
 Every snapshot runs under the store's lock, after finishing a rewind a killed process left
 (its `<system>` note goes into this conversation when it was this conversation's rewind). What
 the run should say goes through `emit` and `append` on the run's own thread: a "snapshot"
@@ -46,6 +51,7 @@ class RunSnapshots:
         self.limits = snapshots.limits_of(session.settings)
         self.scope = self.store = self.thread = None
         self.turn_id, self.turn, self.started, self.open = turn_id, turn, False, False
+        self.ended = None        # (entry id, result seq) of an ended action not yet closed
         self.off = None          # why snapshots stopped for this run
         self.outbox = []         # (kind, fields) to emit on the run's thread
 
@@ -111,23 +117,40 @@ class RunSnapshots:
             self.started = True
             self._take("start")
 
+    def _close(self, phase="after", kind="", summary=""):
+        """A snapshot that closes the ended action (and opens the next one, as "action")."""
+        entry_id, seq = self.ended
+        self.ended = None
+        return self._take(phase, kind, summary,
+                          amend=None if seq is None else {"id": entry_id, "seq": seq})
+
+    def _in_background(self, work):
+        self.thread = threading.Thread(target=work, daemon=True)
+        self.thread.start()
+
     # -- the loop's calls -----------------------------------------------------------
     def model_call(self):
-        if self.enabled and not self.started and self.thread is None:
-            self.thread = threading.Thread(target=self._first, daemon=True)
-            self.thread.start()
+        if not self.enabled or self.thread is not None:
+            return
+        if not self.started:
+            self._in_background(self._first)
+        elif self.ended and self.store is not None:
+            self._in_background(self._close)
 
     def before_action(self, action, summary):
         if not self.enabled:
             return None
         self._flush()
         self._first()
+        self._flush()
         if not self.enabled or self.store is None or action.kind not in CHANGING_KINDS:
-            self._flush()
             return None
         if action.kind == "write" and not self._in_project(action.attr("path", "")):
             return None
-        entry = self._take("action", action.kind, summary)
+        if self.ended:
+            entry = self._close("action", action.kind, summary)
+        else:
+            entry = self._take("action", action.kind, summary)
         self._flush()
         return None if entry is None else entry["id"]
 
@@ -141,17 +164,19 @@ class RunSnapshots:
     def after_action(self, entry_id, seq):
         """The action that `before_action` opened (entry `entry_id`) ended; its result is
         record `seq` (None: it has none)."""
-        if entry_id is None or self.store is None:
-            return
-        self._take("after", amend=None if seq is None else {"id": entry_id, "seq": seq})
-        self._flush()
+        if entry_id is not None and self.store is not None:
+            self.ended = (entry_id, seq)
 
     def end_turn(self):
-        """Close an action a Ctrl-C or an error cut short, and keep the store bounded."""
+        """Close what is still open, and keep the store bounded."""
         if not self.enabled:
             return
         self._flush()
         self._first()
+        self._flush()
         if self.enabled and self.store is not None:
+            if self.ended:
+                self._close()
+                self._flush()
             self._take("end" if self.open else None, maintain=True)
         self._flush()
