@@ -35,7 +35,7 @@ import time
 from nagent_errors import RefusedError
 from nagent_paths import within
 from nagent_shadow_git import blob_sha, parse_raw_diff
-from nagent_snapshot_history import changed_paths, interval_owners, open_at, tree
+from nagent_snapshot_history import changed_paths, open_at, owned, tree
 from nagent_snapshot_store import (append_journal, read_journal, read_plan, remove_plan,
                                    write_plan)
 from nagent_snapshots import take_snapshot
@@ -61,7 +61,7 @@ def make_plan(store, entries, target, owner, force):
     opened = open_at(entries)
     ours, last_mine = set(), {}
     for k, paths in sorted(changed_paths(store, entries, range(target, current)).items()):
-        mine = bool(interval_owners(entries, opened, k, owner)[0])
+        mine = owned(opened, k, owner)
         if mine:
             ours.update(paths)
         for path in paths:

@@ -6,7 +6,8 @@ working directory (nagent_snapshots.project_scope; RefusedError in $HOME or /) a
 conversation; both first finish a rewind a killed process left.
 - --changes [--turn N | --last] [--diff]: per turn (and per rewind) of the conversation, each
   action that changed files with a diffstat of its changes (a shell command's changes are that
-  command's), the files changed outside nagent's actions during the turn, and totals; --diff
+  command's), the files someone else changed during the turn (no action of this conversation
+  ran then: `outside`), and totals; --diff
   adds each action's unified diff; --json gives it all as data.
 - --rewind [--turn N | --action SEQ | --last] [--dry-run] [--force] [--conversation]: back to
   the state before turn N, before the action whose result is record SEQ, or before the last
@@ -22,13 +23,13 @@ import os
 
 import nagent_conversation_lifecycle as lifecycle
 from nagent_cli import current_cwd, redact, redacted
-from nagent_secrets import secret_values
 from nagent_config import child_key_names
 from nagent_conversation import ConversationWriter, read_records
 from nagent_errors import InputError, RefusedError, UsageError
 from nagent_rewind import finish_pending, note_text, run_rewind, summary_line
-from nagent_snapshot_history import (action_span, file_changes, interval_owners, open_at, owner_of,
-                                     owns, patch, tree, units)
+from nagent_secrets import secret_values
+from nagent_snapshot_history import (action_span, file_changes, open_at, owned, owner_of, owns,
+                                     patch, tree, units)
 from nagent_snapshot_store import locked, open_store, read_journal
 from nagent_snapshots import limits_of, project_scope
 from nagent_terminal_text import escape, one_line
@@ -100,8 +101,7 @@ def _unit_report(store, entries, opened, unit, owner, with_diff):
                                    for k in intervals)
         actions.append(item)
     for k in span:
-        mine, nobody = interval_owners(entries, opened, k, owner)
-        if nobody:
+        if not owned(opened, k, owner):
             outside.append(file_changes(store, tree(entries[k]), tree(entries[k + 1])))
     report = {"kind": unit.kind, "label": unit.label, "turn": unit.number if unit.kind == "turn"
               else None, "prompt": owner.prompts[unit.number - 1] if unit.kind == "turn" else None,
@@ -141,7 +141,7 @@ def _unit_text(report, with_diff):
         if with_diff and action.get("diff"):
             lines += ["    " + escape(line, keep="\t") for line in action["diff"].splitlines()]
     if report["outside"]:
-        lines.append("  changed outside nagent's actions (you or another program):")
+        lines.append("  changed meanwhile by someone else (you, another program or agent):")
         lines += [_stat_line(item, width) for item in report["outside"]]
     lines.append(f"  {_many(report['files_changed'], 'file')} changed by the agent, "
                  f"{_many(report['insertions'], 'insertion')}(+), "

@@ -12,9 +12,10 @@ Data contract:
   the same conversation. No open action: the change was made outside nagent's actions (the
   user, another program, between turns or while the model was thinking). A change made while
   several actions of different conversations were open is attributed to each of them.
-- `open_at(entries)` -> for each k, the entries open between k and k+1; `action_span(entries,
-  index)` the intervals an action entry was open for.
-- `changed_paths(store, entries, pairs)` -> {(k): set of paths} for the intervals k in `pairs`
+- `open_at(entries)` -> for each k, the entries open between k and k+1 ({conv: entry});
+  `owned(opened, k, owner)` whether one of the owner's was; `action_span(entries, index)` the
+  intervals an action entry was open for.
+- `changed_paths(store, entries, indexes)` -> {k: set of paths} for the intervals k in `indexes`
   whose trees or skipped files differ (one `git diff-tree --stdin` for all of them).
 - `units(entries, owner)` -> the owner's turns and rewinds in order: Unit(kind "turn" |
   "rewind", number (turn number; for a rewind the turn it was made after), label, first (index
@@ -123,10 +124,9 @@ def action_span(entries, index):
     return range(index, len(entries) - 1)
 
 
-def interval_owners(entries, opened, k, owner):
-    """(the owner's open entries, True when none of the owner's is open) between k and k+1."""
-    mine = [entry for entry in opened[k].values() if owns(owner, entry)]
-    return mine, not mine
+def owned(opened, k, owner):
+    """True when one of the owner's actions was open between entry k and k+1."""
+    return any(owns(owner, entry) for entry in opened[k].values())
 
 
 def file_changes(store, tree_a, tree_b, paths=None):
