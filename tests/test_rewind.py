@@ -1,10 +1,8 @@
 """Issue 22: snapshots of the project in a shadow store, `nagent --changes`, `nagent --rewind`.
 
 End to end (the real bin/nagent in a real git repository against the fake vendor): the
-scripted session of the issue with a user edit between turns, kill -9 during a snapshot and
-during a rewind, and $HOME refused with a clear line. Turn 1 of the session writes a.py with
-<nagent-write> (the project lives under the test's /tmp tree, a temp root); <nagent-replace>
-comes with branch edit.
+scripted session of the issue (turn 1 edits a.py with <nagent-replace>) with a user edit between
+turns, kill -9 during a snapshot and during a rewind, and $HOME refused with a clear line.
 In process (the same library and command code, no model, so no SDK import per run): file
 kinds, size cap, the project's hostile git config, a .gitignore excluding everything, a
 symlinked root, the tree limits outside git, parallel agents and retention. `LibraryCase.turn`
@@ -101,7 +99,8 @@ class ScriptedSessionTest(RewindRunCase):
     def test_changes_attribution_rewind_rewind_again_and_a_user_edit(self):
         self.project({"a.py": "print(1)\n", "b.py": "x = 1\n", "d.py": "old = True\n"})
         before = self.user_git()
-        self.turn("edit a.py", '<nagent-write path="a.py">print(2)\n</nagent-write>')
+        self.turn("edit a.py", '<nagent-replace path="a.py"><old>print(1)</old><new>print(2)</new>'
+                               '</nagent-replace>')
         after_turn1 = self.git_status()
         self.fake.reply(shell("sed -i 's/1/2/' b.py"))
         self.fake.reply(shell("printf 'print(3)\\n' > c.py && rm d.py") + '\n<nagent-read path="b.py"/>')
@@ -117,7 +116,7 @@ class ScriptedSessionTest(RewindRunCase):
         turns = {unit["turn"]: unit for unit in data["units"]}
         self.assertEqual(sorted(turns), [1, 2])
         self.assertEqual([(a["kind"], [f["path"] for f in a["files"]]) for a in turns[1]["actions"]],
-                         [("write", ["a.py"])])
+                         [("replace", ["a.py"])])
         actions = [(a["kind"], a["summary"], [(f["status"], f["path"]) for f in a["files"]])
                    for a in turns[2]["actions"]]
         self.assertEqual(actions, [
