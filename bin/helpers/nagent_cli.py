@@ -21,7 +21,8 @@ Data contract:
   --stream/--no-stream (see nagent_output for what they choose).
 - `emit_json(data)` writes one JSON document to stdout (nothing else goes to stdout in
   --json mode). `redact(text, secrets=None)` blanks out secret values in any text; without a
-  list, every secret nagent knows (nagent_config.known_secrets) is blanked.
+  list, every secret nagent knows (nagent_config.known_secrets) is blanked; `redacted(value,
+  secrets)` blanks a list of them in every string of JSON-shaped data.
 - `argument_parser(**kwargs)` is argparse whose usage errors raise UsageError (one line in the
   `Error: <what>: <value> (<fix>)` shape); every parser has --version.
 - `read_prompt(words, stdin)` returns (prompt text, source) for argv, piped stdin, or argv
@@ -72,6 +73,17 @@ def redact(text, secrets=None):
         from nagent_config import known_secrets
         secrets = known_secrets()
     return redact_values(text, secrets)
+
+
+def redacted(value, secrets):
+    """`value` (JSON-shaped data) with every secret in `secrets` blanked in every string."""
+    if isinstance(value, str):
+        return redact_values(value, secrets)
+    if isinstance(value, dict):
+        return {key: redacted(item, secrets) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [redacted(item, secrets) for item in value]
+    return value
 
 
 def report_error(error):

@@ -216,6 +216,18 @@ SCHEMA = (
         "sessions included", 1, flag="--max-tokens", section="budget", field="max_tokens"),
     Key("max_time", "float", None, "seconds the whole run may take (wall clock)", 0, True,
         flag="--max-time", section="budget", field="max_time"),
+    Key("snapshots.enabled", "bool", True, "snapshot the project before each turn and each "
+        "file-changing action, for --changes and --rewind"),
+    Key("snapshots.max_file_bytes", "int", 10 << 20, "larger files are recorded as skipped, not "
+        "copied", 1),
+    Key("snapshots.max_files", "int", 20_000, "outside a git repository: most files of the "
+        "working directory tree snapshotted", 1),
+    Key("snapshots.max_bytes", "int", 512 << 20, "outside a git repository: most bytes one "
+        "snapshot copies", 1),
+    Key("snapshots.keep_days", "float", 30.0, "snapshots older than this many days are pruned",
+        0, True),
+    Key("snapshots.keep_turns", "int", 200, "snapshots of turns before the last this many of the "
+        "project are pruned", 1),
 )
 KEYS = {key.name: key for key in SCHEMA}
 FIXED = ("provider", "model")   # resolved together: Settings.provider (a ProviderRow) and .model

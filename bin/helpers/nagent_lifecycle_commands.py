@@ -58,8 +58,8 @@ def _cost(value):
 
 def status(options, settings):
     """Path, size, prompts and model calls (apart: a turn is a user prompt), token and cost
-    totals, the last run and call, the window chain, the checkpoint, and the provider, model
-    and config files in effect. Reads only the file's tail (and one tail per earlier window)."""
+    totals, the last run and call, the window chain, the checkpoint, the provider, model
+    and config files in effect, and the size of this project's snapshot store. Reads only the file's tail (and one tail per earlier window)."""
     from nagent_conversation_tail import read_tail_summary, window_chain
     path = selected_path(options, read_only=True)
     summary = read_tail_summary(path) if path else {}
@@ -116,6 +116,14 @@ def status(options, settings):
     lines.append(f"provider: {data['provider']}, model {data['model']}")
     files = ", ".join(f"{item['path']} from {item['layer']}" for item in data["config_files"])
     lines.append("config files: " + (files or "none, defaults only"))
+    from nagent_snapshot_layout import status_of
+    try:
+        data["snapshots"] = status_of(os.getcwd(), dict(os.environ))
+    except OSError:   # the working directory is gone: no project to speak of
+        data["snapshots"] = None
+    if data["snapshots"]:
+        lines.append(f"snapshots: {human_size(data['snapshots']['bytes'])} for "
+                     f"{data['snapshots']['project']} in {data['snapshots']['store']}")
     from nagent_project_commands import recorded_context_files, status_lines
     data["context_files"] = recorded_context_files(path) if path else None
     lines += status_lines(data["context_files"], data["exists"])
@@ -365,3 +373,13 @@ def trust(options, settings):
 def list_skills(options, settings):
     from nagent_project_commands import list_skills as list_here
     return list_here(options, settings)
+
+
+def changes(options, settings):
+    from nagent_snapshot_commands import changes as changes_here
+    return changes_here(options, settings)
+
+
+def rewind(options, settings):
+    from nagent_snapshot_commands import rewind as rewind_here
+    return rewind_here(options, settings)

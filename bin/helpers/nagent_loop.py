@@ -27,10 +27,14 @@ As it goes the run emits events (nagent_events; `events` None is quiet): run_sta
 model_call_start/end, reply_delta (only when a sink wants deltas: the calls are then
 streamed), retry, reply (valid, final), note, action_start/end, agents (the running children of a
 batch, whenever they or what they do change; an empty list when the batch is over) and
-response (once a response hook, if any, accepted it). The caller emits error and run_end. Nothing here prints
-but the initial context's warnings.
+response (once a response hook, if any, accepted it), and snapshot (nagent_run_snapshots: the
+project tree is snapshotted at the turn's start, while its first model call runs, and before
+and after each action that can change files; each user prompt record carries a `turn_id`
+naming the turn for them). The caller emits error and run_end. Nothing here prints but the
+initial context's warnings.
 """
 import json
+import os
 import sys
 from dataclasses import dataclass, replace
 
@@ -121,8 +125,10 @@ def call_llm(run, purpose="reply"):
     run.calls += 1
     progress(run, f"model call {run.calls}")
     try:
+        client = run.provider_client()
+        turn_snapshots(run).model_call()   # the turn's first snapshot runs while the model works
         result = nagent_llm.generate(request, session.settings, on_retry=on_retry,
-                                     client=run.provider_client(),
+                                     client=client,
                                      on_text=deltas.feed if deltas else None)
     except ProviderError as error:
         run.append("error", error.line(), {"status": str(error.status or error.error_type)})
@@ -186,17 +192,39 @@ def run_agent_loop(session, prompt, source="argv", events=None):
         except KeyboardInterrupt:
             text, attrs = interrupt_record(run, "The user interrupted the previous run (Ctrl-C).")
             run.append("interrupt", text, attrs)
+            end_snapshot(run)
             return outcome(run, None, EXIT_CODES["interrupted"], error={"error": "interrupted"})
         except ExitSignal as stop:
             # A running shell command's group (and a sub-agent's tree) was ended on the way out.
             text, attrs = interrupt_record(run, f"The previous run was ended by {stop.name}.")
             run.append("interrupt", text, attrs)
+            end_snapshot(run)
             return outcome(run, None, stop.exit_code, error={"error": f"ended by {stop.name}"})
+        end_snapshot(run)
         late = late_messages(run)
         if late:
             run.emit("note", text=f"{late} message(s) sent with --send arrived after the last model "
                                   "call; they are delivered at the start of the next run")
         return done
+
+
+def turn_snapshots(run):
+    """The turn's snapshots (nagent_run_snapshots), made as its first model call goes out: their
+    modules are not needed before the first request."""
+    if run.snapshots is None:
+        from nagent_run_snapshots import RunSnapshots
+        run.snapshots = RunSnapshots(run.session, run.emit, run.append, run.turn_id, run.prompts)
+    return run.snapshots
+
+
+def end_snapshot(run):
+    """Close an action a Ctrl-C cut short; a second Ctrl-C or signal meanwhile only skips it."""
+    if run.snapshots is None:
+        return
+    try:
+        run.snapshots.end_turn()
+    except (KeyboardInterrupt, ExitSignal):
+        pass
 
 
 def interrupt_record(run, text):
@@ -308,8 +336,11 @@ def _loop(run, prompt, source):
     note = mode_note(run.writer.records(), mode)
     if note:
         run.append("system", note, {"mode": mode})
-    run.append("prompt", prompt, {"source": source, **({"mode": mode} if mode == "plan" else {})})
+    turn_id = os.urandom(8).hex()   # names this turn for its snapshots (--changes, --rewind)
+    run.append("prompt", prompt, {"source": source, "turn_id": turn_id,
+                                **({"mode": mode} if mode == "plan" else {})})
     run.emit("prompt", text=run.redact(prompt), source=source)
+    run.turn_id = turn_id
     streak_calls = 0  # model calls since the last valid reply
     while True:
         deliver_inbox(run)   # a turn boundary: messages sent with --send come in here

@@ -11,7 +11,8 @@ they import are not needed before the first reply asks for an action, and import
 start-up time before the first request), a factory for the initial context, meta for a new
 conversation, the prompt-cache key, the secret values that must never be written anywhere, and
 start-up warnings (e.g. the sandbox working from $HOME), one line each, the sub-agent depth,
-the invocation's environment (where ~/.nagent is), the run tree's budget (nagent_budget.caps_for:
+the invocation's environment (where ~/.nagent is), its working directory, the key names
+the configured providers use (what no child gets), the run tree's budget (nagent_budget.caps_for:
 the flags' and config's caps, tightened by a parent's `--budget`; a cost cap on an unpriced model
 stops here) and the mode: in plan mode shell commands run under bwrap with the project and the
 working directory read-only where bwrap exists (`plan_sandbox`), else only read-only commands
@@ -53,6 +54,8 @@ class Session:
     warnings: tuple = ()        # printed on stderr before the run
     depth: int = 0              # sub-agent depth (0: started by the user)
     environ: dict = field(default_factory=dict, compare=False)  # the invocation's (HOME: ~/.nagent)
+    cwd: str = ""               # the working directory actions run in
+    key_names: tuple = ()       # variables holding the configured providers' keys
     budget: object = None       # nagent_budget.Caps of the run tree (flags, config, a parent's)
     mode: str = "build"         # "plan": read-only (nagent_policy)
 
@@ -256,5 +259,6 @@ def build_session(options, environ, cwd, settings=None, needs_model=True):
         make_action_context=make_action_context, initial_context=initial_context, meta=meta,
         cache_key="nagent-" + hashlib.sha256(os.path.basename(path).encode()).hexdigest()[:24],
         secrets=secrets, pid=pid, file_edit=record, warnings=warnings, depth=depth,
-        environ=environ, budget=budget, mode=settings.mode,
+        environ=environ, cwd=cwd, key_names=key_names(rows), budget=budget,
+        mode=settings.mode,
     )
