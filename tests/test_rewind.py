@@ -206,7 +206,7 @@ class KillTest(RewindRunCase):
         # The run's first snapshot is killed in git update-index: its lock file stays.
         self.killed_during("update-index", "first", replies=(shell("echo 0 > a.py"),))
         self.assertTrue(os.path.exists(os.path.join(self.store_path(), "git", "index.lock")))
-        proc = self.turn("second", shell("echo 2 > a.py && echo 2 > b.py && echo new > c.py"),
+        proc = self.turn("second", shell("sed -i s/.*/2/ a.py b.py && echo new > c.py"),
                          args=("-v",))
         self.assertNotIn("snapshots off", proc.stderr)
         # The rewind is killed after it archived c.py, before it restored a.py and b.py.
