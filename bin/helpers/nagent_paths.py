@@ -20,6 +20,9 @@ Data contract:
   whose executables run at the next context build, cache) and the NAGENT_CONFIG file
   (config_file). `in_nagent_state(real, environ)` tells whether a resolved path is one of them
   or inside one (a missing HOME counts as "/" so nothing passes by accident).
+- `too_wide(directory, home)` -> how to name `directory` when it holds everything of the user
+  ("/", "the home directory D", "D, which holds the home directory,"), else None: the one rule
+  behind "never a project root" (nagent_project) and "never snapshotted" (nagent_snapshots).
 - `absolute_path_value(value)` -> a PATH value with only its absolute entries: a relative or
   empty entry names the working directory, where a cloned repository's executables lie. The
   one rule for every program nagent itself looks up by name (git) and for the PATH of a
@@ -86,6 +89,16 @@ def nagent_state_roots(environ=None):
 
 def in_nagent_state(real, environ=None):
     return within_any(real, nagent_state_roots(environ), inclusive=True)
+
+
+def too_wide(directory, home):
+    if directory == "/":
+        return "/"
+    if directory == home:
+        return f"the home directory {directory}"
+    if within(home, directory):
+        return f"{directory}, which holds the home directory,"
+    return None
 
 
 def absolute_path_value(value):

@@ -38,7 +38,7 @@ import os
 from collections import namedtuple
 
 from nagent_config import child_key_names
-from nagent_paths import absolute_path_value, find_program, within
+from nagent_paths import absolute_path_value, find_program, too_wide, within
 from nagent_secrets import scrubbed_env
 
 GIT_TIMEOUT = 2.0
@@ -125,13 +125,8 @@ def root_problem(marker, top, home):
     if top != marker:
         return (f"git names {top} as the work tree of {marker}/.git; nagent takes only the "
                 "directory holding the .git it found")
-    if marker == "/":
-        return "/ is never a project root"
-    if marker == home:
-        return f"the home directory {marker} is never a project root"
-    if within(home, marker):
-        return f"{marker} holds the home directory and is never a project root"
-    return None
+    wide = too_wide(marker, home)
+    return f"{wide} is never a project root" if wide else None
 
 
 def probe_project(cwd, environ=None, secret_names=None):
