@@ -12,7 +12,8 @@ Data contract:
     `fd` is that descriptor, which the handler reads (never the path again), and `real` the
     opened file's own path (nagent_fs.opened_path: links and ".." resolved). Anything else gets
     `problem` ("file not found", "is a directory", "not a regular file", "cannot read: ...",
-    "path contains a NUL byte"), no fd, and `real` = realpath.
+    "path contains a NUL byte"), no fd, and `real` = realpath. Pinning never raises: a path
+    the kernel refuses to resolve is named as written (nagent_paths.resolved).
   - write: `real` is nagent_write_policy.resolve_write_target (the directory resolved, the last
     component as written): the writer refuses when the path resolves to anything else by then.
   - file-patch: `real` is the index's realpath; `source` the file nagent's split registry says the
@@ -29,6 +30,7 @@ from nagent_action_base import resolve_path
 from nagent_errors import NagentError
 from nagent_file_tools import registered_source
 from nagent_fs import opened_path
+from nagent_paths import resolved
 from nagent_write_policy import resolve_write_target
 
 Target = namedtuple("Target", "real fd problem source", defaults=(None, None, None))
@@ -52,15 +54,15 @@ def pin_read(path):
         return Target(path, problem="path contains a NUL byte")
     problem = _problem(path)
     if problem:
-        return Target(os.path.realpath(path), problem=problem)
+        return Target(resolved(path), problem=problem)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     except OSError as error:
-        return Target(os.path.realpath(path), problem=f"cannot read: {error.strerror}")
+        return Target(resolved(path), problem=f"cannot read: {error.strerror}")
     if not stat.S_ISREG(os.fstat(fd).st_mode):   # swapped since the stat
         os.close(fd)
-        return Target(os.path.realpath(path), problem="not a regular file")
-    return Target(opened_path(fd) or os.path.realpath(path), fd)
+        return Target(resolved(path), problem="not a regular file")
+    return Target(opened_path(fd) or resolved(path), fd)
 
 
 def pin_target(action, ctx):
@@ -72,10 +74,10 @@ def pin_target(action, ctx):
         try:
             return Target(resolve_write_target(raw, ctx.cwd))
         except NagentError:   # the write refuses it anyway; show the hook the plain resolution
-            return Target(os.path.realpath(resolve_path(raw, ctx)) if "\x00" not in raw else raw)
+            return Target(resolved(resolve_path(raw, ctx)) if "\x00" not in raw else raw)
     if kind in ("replace", "file-edit"):
         raw = resolve_path(action.attr("path", ""), ctx)
-        return Target(raw if "\x00" in raw else os.path.realpath(raw))
+        return Target(raw if "\x00" in raw else resolved(raw))
     if kind == "file-patch":
         index = resolve_path(action.attr("index", ""), ctx)
         if "\x00" in index:
@@ -84,7 +86,7 @@ def pin_target(action, ctx):
             source = registered_source(index, ctx)
         except (NagentError, OSError):
             source = None
-        return Target(os.path.realpath(index), source=source)
+        return Target(resolved(index), source=source)
     return None
 
 

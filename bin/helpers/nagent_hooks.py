@@ -39,6 +39,7 @@ Data contract:
 """
 from collections import namedtuple
 
+from nagent_paths import resolved
 from nagent_protocol_blocks import frame_data
 
 OUTPUT_CAP = 16 * 1024
@@ -203,7 +204,7 @@ def action_payload(action, ctx, target=None):
     if action.kind in ("read", "file-read", "write", "file-patch", "replace", "file-edit"):
         payload["path"] = raw or ""
         payload["resolved_path"] = (target.real if target is not None
-                                    else os.path.realpath(os.path.join(ctx.cwd, raw or "")))
+                                    else resolved(os.path.join(ctx.cwd, raw or "")))
         if target is not None and target.source:
             payload["source"] = target.source
     if action.kind == "write":

@@ -20,6 +20,9 @@ Data contract:
   whose executables run at the next context build, cache) and the NAGENT_CONFIG file
   (config_file). `in_nagent_state(real, environ)` tells whether a resolved path is one of them
   or inside one (a missing HOME counts as "/" so nothing passes by accident).
+- `resolved(path)` -> os.path.realpath(path), or the path normalised as written when the kernel
+  refuses to resolve it (a loop, a link swapped while it is read: realpath raises EINVAL):
+  for callers that must name a path and never fail on it.
 - `too_wide(directory, home)` -> how to name `directory` when it holds everything of the user
   ("/", "the home directory D", "D, which holds the home directory,"), else None: the one rule
   behind "never a project root" (nagent_project) and "never snapshotted" (nagent_snapshots).
@@ -89,6 +92,13 @@ def nagent_state_roots(environ=None):
 
 def in_nagent_state(real, environ=None):
     return within_any(real, nagent_state_roots(environ), inclusive=True)
+
+
+def resolved(path):
+    try:
+        return os.path.realpath(path)
+    except (OSError, ValueError):
+        return os.path.normpath(path)
 
 
 def too_wide(directory, home):
