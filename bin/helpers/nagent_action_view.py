@@ -13,6 +13,7 @@ Data contract (pure functions):
 """
 import re
 
+from nagent_terminal_text import counted
 from nagent_terminal_text import one_line as _one_line
 
 SUMMARY_LIMIT = 200
@@ -87,7 +88,7 @@ def _shell(body, seconds):
     elif "stdout:" in lines:
         count = len(lines) - len(header) - 2 - (1 if lines[-1] == "" else 0)
         facts["lines"] = max(0, count)
-        parts.append(f"{facts['lines']} line{'s' if facts['lines'] != 1 else ''}")
+        parts.append(counted(facts['lines'], "line"))
     ok = facts["exit_code"] == 0 and not timed_out
     return dict(facts, ok=ok, outcome=" · ".join(parts))
 
@@ -122,7 +123,7 @@ def action_result(action, outcome, seconds):
         calls = int(child.get("model_calls") or 0)
         tokens = int(child.get("input_tokens") or 0) + int(child.get("output_tokens") or 0)
         code = body.split("\n", 1)[0][len("exit_code: "):] if body.startswith("exit_code: ") else ""
-        text = f"{calls} call{'s' if calls != 1 else ''} · {human_count(tokens)} tokens"
+        text = f"{counted(calls, 'call')} · {human_count(tokens)} tokens"
         ok = code == "0"
         return {"ok": ok, "outcome": text if ok else f"exit {code or '?'} · {text}", "calls": calls,
                 "tokens": tokens, "seconds": seconds}

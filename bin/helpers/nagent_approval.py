@@ -16,7 +16,7 @@ Data contract:
 import os
 import termios
 
-from nagent_terminal_text import escape, unsafe
+from nagent_terminal_text import counted, escape, unsafe
 
 LONG_LINES = 10
 QUESTION = "Run it? [y/N] "
@@ -32,11 +32,11 @@ def shown_lines(command):
 
 def prompt_text(command):
     lines, escaped = shown_lines(command)
-    count = f"{len(lines)} line{'s' if len(lines) != 1 else ''}"
+    count = counted(len(lines), "line")
     text = f"nagent wants to run a shell command ({count}):\n"
     text += "".join(f"    {line}\n" for line in lines)
     if escaped:
-        text += (f"({escaped} control or invisible character{'s' if escaped != 1 else ''} shown "
+        text += (f"({counted(escaped, 'control or invisible character')} shown "
                  "as \\x.., \\u.. or \\U.. escapes)\n")
     if len(lines) > LONG_LINES:
         text += f"  first line: {lines[0]}\n  last line:  {lines[-1]}\n"

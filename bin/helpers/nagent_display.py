@@ -33,7 +33,7 @@ import threading
 import time
 
 from nagent_action_view import human_count, one_line
-from nagent_terminal_text import cut
+from nagent_terminal_text import counted, cut
 
 FRAMES = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 TABLE_ROWS = 8
@@ -59,7 +59,7 @@ def summary_line(totals, seconds, child_calls=0):
     cost = totals.get("cost_usd")
     money = "cost unknown" if cost is None else f"${cost:.4f}"
     estimated = " (estimated)" if totals.get("estimated") else ""
-    return (f"{calls} model call{'s' if calls != 1 else ''} · {human_count(inputs)} in{share} · "
+    return (f"{counted(calls, 'model call')} · {human_count(inputs)} in{share} · "
             f"{human_count(int(totals.get('output_tokens') or 0))} out{estimated} · {money} · "
             f"{seconds:.1f} s")
 
@@ -221,7 +221,9 @@ class Display:
     def on_reply(self, event):
         if not event.get("valid"):
             error = (event.get("error") or "invalid").rstrip(".")
-            self.note(f"the reply was not in the protocol: {error}; asking again")
+            # The last one (exit 8 follows, or a final summary's) is not asked again.
+            again = "; asking again" if event.get("asking_again") else ""
+            self.note(f"the reply was not in the protocol: {error}{again}")
 
     def on_note(self, event):
         self.note(event["text"])

@@ -149,7 +149,7 @@ def run_hook(command, stdin_text, cwd, environ, timeout, hook="response", extra_
 
 def refusal_note(hook_run):
     return ("<system>The response hook (" + hook_run.command + ") did not accept your final "
-            f"response: it {hook_run.describe()}. Its output:\n{hook_run.output()}\n"
+            f"response ({hook_run.describe()}). Its output:\n{hook_run.output()}\n"
             "Address this, then give your final <nagent-response> again.</system>")
 
 

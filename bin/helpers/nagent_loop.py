@@ -16,9 +16,13 @@ sub-agents they cut off (attribute cut_off: their conversation names).
 - Before each model call (a turn boundary, never inside a call or an action), messages sent
   with `nagent --send` are appended as prompts with source="inbox"; the run keeps its run file
   (nagent_run_presence) up to date at call and action boundaries.
-- A reply cut off by the output limit is continued only while its text so far parses (valid,
-  or invalid only because it is unfinished), at most `max_continuations` times; a stop at a
-  stop sequence is a cut at the reply's end (nagent_protocol.parse_response `stopped_at`).
+- A reply cut off by the output limit, or by the connection after it had started (a timeout
+  between chunks, a dropped stream: nagent_llm keeps what arrived, finish "cut"), is continued
+  only while its text so far parses (valid, or invalid only because it is unfinished), at most
+  `max_continuations` times; a stop at a stop sequence is a cut at the reply's end
+  (nagent_protocol.parse_response `stopped_at`).
+- A call that fails or is interrupted (Ctrl-C, a signal) is still counted, with the usage the
+  provider may bill for it (nagent_llm.spent), before the error goes on.
 - The model calls made since the last valid reply, continuations included, never exceed
   `max_format_retries + 1`: then the run stops with exit 8.
 The outcome is plain data: the final response (cleaned; at exit 8 the last invalid reply's
@@ -43,7 +47,8 @@ from nagent_procs import exit_signals
 from nagent_requests import build_request
 from nagent_run import DeltaRedactor, Run
 from nagent_run_presence import deliver_inbox, late_messages, progress, registered
-from nagent_run_records import (CONTINUATION_ATTRS, CONTINUE_TEXT, failed_prompt, failure_marker)
+from nagent_run_records import (CONTINUATION_ATTRS, CONTINUE_TEXT, CUT_TEXT, failed_prompt,
+                                failure_marker)
 from nagent_window import maybe_compact
 
 
@@ -121,6 +126,10 @@ def call_llm(run, purpose="reply"):
                                      on_text=deltas.feed if deltas else None)
     except ProviderError as error:
         run.append("error", error.line(), {"status": str(error.status or error.error_type)})
+        run.count_spent(error, purpose)
+        raise
+    except BaseException as error:   # Ctrl-C or a signal mid-call: what it cost still counts
+        run.count_spent(error, purpose)
         raise
     if deltas:
         deltas.flush()
@@ -156,13 +165,16 @@ def next_reply(run, budget, purpose="reply"):
         result, stops = call_llm(run, purpose if not parts else "continuation")
         parts.append(result.text)
         text = "".join(parts)
-        if result.finish_reason != "length" or len(parts) > limits.max_continuations \
+        if not result.truncated or len(parts) > limits.max_continuations \
                 or len(parts) >= budget or not continuable(text):
             return Reply(text, result, len(parts), stopped_at(result, stops))
         # Recorded only when another call follows: after the last one, only the correction.
-        run.append("reply", result.text, {"valid": "partial", "finish": "length",
+        run.append("reply", result.text, {"valid": "partial", "finish": result.finish_reason,
                                           "provider": result.provider, "model": result.model})
-        run.append("system", CONTINUE_TEXT, CONTINUATION_ATTRS)
+        if result.cut:
+            run.emit("note", text=f"reply cut off after {len(result.text)} characters "
+                                  f"({result.cut}); asking for the rest")
+        run.append("system", CUT_TEXT if result.cut else CONTINUE_TEXT, CONTINUATION_ATTRS)
 
 
 def run_agent_loop(session, prompt, source="argv", events=None):
@@ -314,9 +326,9 @@ def _loop(run, prompt, source):
         streak_calls += reply.calls
         parsed = _protocol().parse_response(reply.text, reply.stopped_at)
         if not parsed.valid:
-            run.emit("reply", calls=reply.calls, valid=False, final=False, actions=0,
-                     error=run.redact(parsed.error))
             failure = record_invalid(run, reply, reply_attrs(reply), parsed, streak_calls)
+            run.emit("reply", calls=reply.calls, valid=False, final=False, actions=0,
+                     error=run.redact(parsed.error), asking_again=failure is None)
             if failure:
                 return failed(run, failure, response=run.redact(reply.text))
             continue
@@ -325,7 +337,7 @@ def _loop(run, prompt, source):
         actions = [a for a in parsed.actions if a.kind != "response"]
         responses = [a for a in parsed.actions if a.kind == "response"]
         run.emit("reply", calls=reply.calls, valid=True, final=not actions, actions=len(actions),
-                 error=None)
+                 error=None, asking_again=False)
         notes = reply_notes(parsed, actions, responses)
         if notes:
             run.append("system", "<system>" + " ".join(notes) + "</system>")
@@ -378,7 +390,8 @@ def final_summary(run, reason):
         actions = [a for a in parsed.actions if a.kind != "response"]
         # A summary's answer is final even beside actions: they are not run.
         run.emit("reply", calls=reply.calls, valid=parsed.valid, final=bool(responses),
-                 actions=len(actions), error=run.redact(parsed.error or "") or None)
+                 actions=len(actions), error=run.redact(parsed.error or "") or None,
+                 asking_again=False)
         if responses:
             response = _protocol().clean_user_output(responses[-1].body)
     except NagentError:

@@ -8,7 +8,7 @@ one provider client for the whole run.
 Everything durable goes through `append`, which redacts the session's secrets first; every
 model call, whoever makes it, is announced with `call_started(purpose)` and counted with
 `count_call(result, purpose)`, which appends a "stats" record (its one-line format is
-nagent_stats_format's). `events` (nagent_events.Events; quiet by default) receives what the run
+nagent_stats_format's); a call that raised is counted with `count_spent(error, purpose)`. `events` (nagent_events.Events; quiet by default) receives what the run
 reports as it goes, through `emit`; `DeltaRedactor` passes streamed text on with the session's
 secrets blanked, holding back a tail that may be the start of one.
 It sits below nagent_loop and nagent_window so both (and nagent_compact) use it without
@@ -94,6 +94,15 @@ class Run:
                   first_text=result.first_text,
                   usage={key: getattr(result, key) for key in USAGE_FIELDS},
                   cost_usd=None if cost is None else round(cost, 6))
+
+
+    def count_spent(self, error, purpose):
+        """A call that failed or was interrupted counts with what the provider may bill for it
+        (nagent_llm.spent, estimated), so totals, --status and the closing line match the
+        server."""
+        spent = nagent_llm.spent(error)
+        if spent is not None:
+            self.count_call(spent, purpose)
 
 
 class DeltaRedactor:

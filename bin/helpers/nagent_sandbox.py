@@ -56,7 +56,7 @@ from nagent_write_policy import temp_roots
 
 ENV_ALLOWLIST = ("PATH", "HOME", "USER", "LOGNAME", "SHELL", "TERM", "LANG", "LANGUAGE", "TZ",
                  "TMPDIR", "COLUMNS", "LINES", "NO_COLOR", "COLORTERM", "EDITOR", "VISUAL",
-                 "PAGER")
+                 "PAGER", "NAGENT_PYTHON")
 ENV_PREFIXES = ("LC_",)
 SOCKET_SCAN_DEPTH = 2
 MAX_LINKS = 40
