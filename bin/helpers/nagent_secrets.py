@@ -46,6 +46,7 @@ defence, not the first.
 """
 
 from nagent_env_refs import whole_reference
+from nagent_install import RUN_PYTHON
 from nagent_paths import config_file
 
 SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "COOKIE", "CREDENTIAL", "CREDENTIALS",
@@ -118,7 +119,7 @@ def withheld_names(secret_names):
 
 # NAGENT_* variables a child gets: the config file, and the interpreter a checkout's tools run
 # on (nagent_install.run_python_env). The others are nagent's own channels.
-PASSED_ON = ("NAGENT_CONFIG", "NAGENT_PYTHON")
+PASSED_ON = ("NAGENT_CONFIG", RUN_PYTHON)
 
 
 def scrubbed_env(environ, secret_names):
