@@ -72,21 +72,16 @@ def zygote_can_run(env):
         if name.startswith("PYTHON") and name != "PYTHONPYCACHEPREFIX")
 
 
-_STARTUP = {}
-
-
 def startup_seconds(module="google.genai"):
-    """Seconds a fresh interpreter takes, here and now, to start and import `module` (measured
-    once per suite process): the floor of every tool process that calls a model. A test that
-    bounds such a process derives its timeout from this, with a margin, never from a guess that
-    holds only on an idle machine."""
-    if module not in _STARTUP:
-        import time
-        started = time.monotonic()
-        subprocess.run([sys.executable, "-c", f"import {module}"], env=clean_environ(),
-                       capture_output=True, check=True, timeout=300)
-        _STARTUP[module] = time.monotonic() - started
-    return _STARTUP[module]
+    """Seconds a fresh interpreter takes, here and now, to start and import `module`: the floor
+    of every tool process that calls a model. A test that bounds such a process derives its
+    timeout from this, with a margin, never from a guess that holds only on an idle machine.
+    Measured at each call (about a second): the load of a shared machine changes by the minute."""
+    import time
+    started = time.monotonic()
+    subprocess.run([sys.executable, "-c", f"import {module}"], env=clean_environ(),
+                   capture_output=True, check=True, timeout=300)
+    return time.monotonic() - started
 
 
 class HermeticTestCase(unittest.TestCase):
