@@ -10,16 +10,22 @@ Data contract:
   last lines again right above the question, so the two ends are visible next to it.
 - `ask_on_tty(command, tty_path="/dev/tty") -> True | False | None`: discards everything typed
   so far on the controlling terminal (tcflush), so typeahead never answers, then writes the
-  prompt and reads one line; True only for "y"/"yes". None when there is no terminal. Never
-  raises.
+  prompt and reads one line, in line mode with echo whatever mode the terminal was in (restored
+  after); True only for "y"/"yes". None when there is no terminal. Never raises.
+- `TERMINAL_LOCK`: the process reads its terminal in one place at a time. Whoever reads it
+  (ask_on_tty for the whole question; the interactive session's reader of text typed during a
+  run, nagent_typeahead, for each read) holds this lock, so a question's answer is never taken
+  by another reader.
 """
 import os
 import termios
+import threading
 
 from nagent_terminal_text import escape, unsafe
 
 LONG_LINES = 10
 QUESTION = "Run it? [y/N] "
+TERMINAL_LOCK = threading.Lock()
 
 
 def shown_lines(command):
@@ -45,10 +51,16 @@ def prompt_text(command):
 
 
 def ask_on_tty(command, tty_path="/dev/tty"):
+    with TERMINAL_LOCK:
+        return _ask(command, tty_path)
+
+
+def _ask(command, tty_path):
     try:
         fd = os.open(tty_path, os.O_RDWR | os.O_NOCTTY)
     except OSError:
         return None
+    saved = _line_mode(fd)
     try:
         _discard_typeahead(fd)
         os.write(fd, prompt_text(command).encode("utf-8", "replace"))
@@ -61,8 +73,33 @@ def ask_on_tty(command, tty_path="/dev/tty"):
     except OSError:
         return None
     finally:
+        if saved is not None:
+            _set_mode(fd, saved)
         os.close(fd)
     return answer.decode("utf-8", "replace").strip().lower() in ("y", "yes")
+
+
+def _set_mode(fd, attrs):
+    try:
+        termios.tcsetattr(fd, termios.TCSANOW, attrs)
+    except (OSError, termios.error):
+        pass
+
+
+def _line_mode(fd):
+    """Line mode with echo for the answer (a session may have the terminal in character mode);
+    the mode it was in, to restore, or None when it already was."""
+    try:
+        saved = termios.tcgetattr(fd)
+    except (OSError, termios.error):
+        return None
+    wanted = termios.ICANON | termios.ECHO
+    if saved[3] & wanted == wanted:
+        return None
+    line = list(saved)
+    line[3] = saved[3] | wanted
+    _set_mode(fd, line)
+    return saved
 
 
 def _discard_typeahead(fd):

@@ -329,3 +329,8 @@ def trust(options, settings):
 def list_skills(options, settings):
     from nagent_project_commands import list_skills as list_here
     return list_here(options, settings)
+
+
+def resume(options, settings):
+    from nagent_resume import listing
+    return listing(options, settings)

@@ -40,6 +40,7 @@ from nagent_errors import (EXIT_CODES, ExitSignal, LimitError, NagentError, Prot
                            ProviderError, UsageError)
 from nagent_loop_actions import process_tags, repeated_too_often
 from nagent_procs import exit_signals
+from nagent_project_conversations import new_origin, origin_in, record_use
 from nagent_requests import build_request
 from nagent_run import DeltaRedactor, Run
 from nagent_run_presence import deliver_inbox, late_messages, progress, registered
@@ -215,13 +216,24 @@ def start_conversation(run):
     if run.writer.torn:
         run.append("system", f"<system>The previous run was killed mid-write; its partial record was "
                    f"moved to {run.writer.torn}.</system>")
+    follows = follows_project(run.session)
     if not any(record.kind == "context" for record in run.writer.records()):
         context = run.session.initial_context()
         run.append("context", "<initial_context>\n" + context.static, {"part": "static"})
         run.append("context", context.session + "\n</initial_context>", {"part": "session"})
-        run.append("meta", json.dumps(dict(run.session.meta, **context.meta), sort_keys=True))
+        meta = dict(run.session.meta, **context.meta)
+        if follows:
+            meta["origin"] = new_origin(context.root)
+        run.append("meta", json.dumps(meta, sort_keys=True))
         for line in context.warnings:
             sys.stderr.write(f"warning: {line}\n")
+    if follows:   # -c and --resume find it by the directory it started in
+        record_use(run.session.path, origin_in(run.writer.records()), run.session.environ or None)
+
+
+def follows_project(session):
+    """A user's main conversation (not a sub-agent's, not a per-file edit session's)."""
+    return session.meta.get("invocation", "user") == "user" and not session.file_edit
 
 
 def outcome(run, response, code, error=None, valid=True):
