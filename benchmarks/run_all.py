@@ -1,7 +1,7 @@
 """Run every benchmark of the project and print one summary table (figure, value, target, verdict).
 
 Runs benchmarks/startup.py, turns.py, split_patch.py, split_memory.py, parser.py, long_run.py,
-sandbox.py, first_answer.py, parallel_agents.py and context.py through their main() (a missing
+sandbox.py, first_answer.py, parallel_agents.py, context.py and interactive.py through their main() (a missing
 or failing one is reported and skipped), then its own measurement: `nagent --status` on a 50 MB
 conversation (generated with nagent_conversation.encode_record into a temp HOME; median of 5
 runs). split_corpus.py (every splittable file of the stdlib, site-packages and /usr/include:
@@ -244,6 +244,13 @@ def summarize_context(rows, _text, table):
         table.add(f"context: {row['figure']}", f"{row['median_ms']:.1f} ms")
 
 
+def summarize_interactive(rows, _text, table):
+    for row in rows:
+        value = (f"{row['ratio']:.2f}× ({row['ms']:.0f} ms)" if "ratio" in row
+                 else f"{row['ms']:.0f} ms")
+        table.add(row["figure"], value, row.get("target", "").replace("<=", "≤"), row.get("ok"))
+
+
 BENCHMARKS = (  # name, full argv, --quick argv, summary
     ("startup", [], ["--runs", "3"], summarize_startup),
     ("turns", [], ["openai"], summarize_turns),
@@ -256,6 +263,7 @@ BENCHMARKS = (  # name, full argv, --quick argv, summary
     ("first_answer", [], ["--runs", "2", "openai"], summarize_first_answer),
     ("parallel_agents", [], ["--delay", "0.5"], summarize_parallel),
     ("context", [], ["--runs", "3"], summarize_context),
+    ("interactive", [], ["--runs", "3"], summarize_interactive),
 )
 OPT_IN = ("split_corpus",)  # minutes long: run only when asked (--corpus or --only)
 

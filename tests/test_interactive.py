@@ -18,6 +18,7 @@ from ptys import PtySession
 from test_loop import NagentRunCase
 
 import nagent_line_editing as editing
+import nagent_main
 import nagent_project_conversations as projects
 import nagent_slash
 from nagent_errors import UsageError
@@ -36,6 +37,7 @@ class SessionOnATerminal(NagentRunCase):
 
     def session(self, *args):
         env = dict(self.env, TERM="xterm", NO_COLOR="1")
+        env.pop("NAGENT_NO_SPINNER")   # the status line shows what is typed during a run
         return PtySession([sys.executable, os.path.join(BIN, "nagent"), *args], env, self.cwd)
 
     def prompts(self, path):
@@ -93,17 +95,31 @@ class SessionOnATerminal(NagentRunCase):
         self.assertEqual(last.count("also check the README"), 1)
         self.assertIn("approved-run", self.kinds(path, "result")[-1].body)
 
-        # Ctrl-C in a run: back at the prompt, the interruption recorded.
+        # Session flags: /model holds for the next entries; /save and /help run at once.
+        s.type("/model gpt-5-mini\r")
+        self.assertIn("talk · gpt-5-mini · $", s.expect(PROMPT))
+        s.type("/save keep\r")
+        self.assertIn(f"saved as {self.named_path('keep')}", s.expect(PROMPT))
+        s.type("/help\r")
+        self.assertIn("/rewind [N]", s.expect(PROMPT))
+
+        # Ctrl-C in a run: back at the prompt, the interruption recorded, the text typed and not
+        # sent (shown on the status line) back in the prompt.
         self.fake.reply(answer("too late"), delay=20)
         calls = len(self.generation_requests())
         s.type("wait forever\r")
         self.wait_for_requests(calls + 1)
+        s.type("half typed")
+        s.expect("✎ half typed")
         s.type("\x03")
-        shown = s.expect(PROMPT)
+        shown = s.expect(PROMPT + "half typed")
         self.assertIn("Error: interrupted", shown)
         records = self.records(path)
         self.assertEqual(records[-1].kind, "interrupt")
         self.assertIn(("interactive", "wait forever"), self.prompts(path))
+        self.assertEqual(self.generation_requests()[-1]["json"]["model"], "gpt-5-mini")
+        s.wait_reading()
+        s.type("\x15")   # ^U: readline clears the line
 
         # Up-arrow recalls the last entry; Ctrl-C at the prompt clears the line.
         s.type("\x1b[A")
@@ -119,8 +135,9 @@ class SessionOnATerminal(NagentRunCase):
         # A slash command whose flag this nagent lacks yet: one clear line, the session goes on.
         s.type("/rewind 2\r")
         shown = s.expect(PROMPT)
-        if "--rewind" not in self.run_tool("nagent", "--help").stdout:
-            self.assertIn("Error: this nagent has no --rewind flag: --rewind", shown)
+        if "--rewind" not in nagent_main.build_parser()._option_string_actions:
+            self.assertIn("Error: this nagent has no --rewind flag: /rewind (the command comes "
+                          "with a newer nagent", shown)
 
         s.type("\x04")
         self.assertEqual(s.finish(), 0, s.screen.decode("utf-8", "replace")[-2000:])
@@ -129,6 +146,7 @@ class SessionOnATerminal(NagentRunCase):
         self.assertIn("first line\\nsecond line", history)
         self.assertIn("/status", history)
         self.assertNotIn("also check the README", history)   # a message, not an entry
+        self.assertEqual(os.stat(os.path.join(self.home, ".nagent", "history")).st_mode & 0o777, 0o600)
 
 
 class TypedKeys(HermeticTestCase):
@@ -221,6 +239,19 @@ class ConversationsFollowTheProject(ProjectFixture, NagentRunCase):
         self.assertEqual([c["name"] for c in listed["conversations"]],
                          [os.path.basename(a_path), os.path.basename(b_path)])
         self.assertEqual(sorted(os.listdir(folder)), [os.path.basename(self.default_path("555"))])
+
+    def test_resume_on_a_terminal_picks_one_and_opens_a_session_on_it(self):
+        self.run_in(self.project_a, "older", shell={"BASHPID": "111"})
+        self.run_in(self.project_a, "newer", shell={"BASHPID": "222"})
+        env = dict(self.env, TERM="xterm", NO_COLOR="1", BASHPID="333")
+        s = PtySession([sys.executable, os.path.join(BIN, "nagent"), "--resume"], env,
+                       self.project_a)
+        listing = s.expect("resume which? [1-2, Enter: 1, q: none] ")
+        self.assertLess(listing.index("newer"), listing.index("older"))
+        s.type("2\r")
+        self.assertIn(os.path.basename(self.default_path("111")) + " · gpt-5.5 · $", s.expect(PROMPT))
+        s.type("\x04")
+        self.assertEqual(s.finish(), 0)
 
     def test_a_new_shell_gets_one_hint_and_resume_takes_a_name(self):
         self.run_in(self.project_a, "first", shell={"BASHPID": "111"})

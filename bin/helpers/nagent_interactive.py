@@ -31,7 +31,7 @@ import time
 
 import nagent_commands
 import nagent_slash
-from nagent_cli import load_settings, redact, report_error, run_main
+from nagent_cli import load_settings, redact, run_main
 from nagent_conversation_layout import is_state_name, selected_conversation, validate_name
 from nagent_conversation_tail import read_tail_summary
 from nagent_errors import NagentError, UsageError
@@ -45,8 +45,7 @@ EXIT_SIGNALS = (129, 143)
 # What a run imports, loaded by the preload thread once the prompt shows (and imported where
 # used, not at the top: the prompt must appear within 3x `python3 -c pass`).
 RUN_MODULES = ("nagent_session", "nagent_loop", "nagent_output", "nagent_display", "nagent_stream",
-               "nagent_protocol", "nagent_llm", "nagent_typeahead", "nagent_inbox",
-               "nagent_lifecycle_commands")
+               "nagent_protocol", "nagent_llm", "nagent_typeahead", "nagent_lifecycle_commands")
 BANNER = ("nagent: Enter sends; Alt-Enter or a trailing \\ adds a line; /help lists commands; "
           "Ctrl-D leaves")
 
@@ -149,7 +148,8 @@ class Chat:
     def guarded(self, body):
         """`body()` under nagent's error convention: an error is its one line, never the end."""
         if self.loader is not None:
-            self.loader.join()
+            if self.loader.ident is not None:   # started once the first prompt showed
+                self.loader.join()
             self.loader = None
         return run_main(lambda _argv: body(), [])
 
@@ -166,20 +166,14 @@ class Chat:
         self.typeahead = None
         code = self.guarded(lambda: nagent_commands.run_prompt(
             options, typed=(text, SOURCE), during=self.during, warn=False))
-        if self.typeahead is not None:
-            if self.typeahead.draft:
-                self.editor.prefill(self.typeahead.draft)   # typed, never sent: not lost
-            from nagent_inbox import waiting as inbox_waiting
-            waiting = inbox_waiting(self.typeahead.path)
-            if waiting:
-                sys.stderr.write(f"✉ {waiting} message{'s' if waiting != 1 else ''} wait"
-                                 f"{'s' if waiting == 1 else ''} for the next run\n")
+        if self.typeahead is not None and self.typeahead.draft:
+            self.editor.prefill(self.typeahead.draft)   # typed, never sent: not lost
         return code
 
-    def run_command(self, argv, cost=False):
+    def run_command(self, argv, command, cost=False):
         missing = self.missing_flag(argv)
         if missing:
-            raise UsageError(f"this nagent has no {missing} flag", argv[0],
+            raise UsageError(f"this nagent has no {missing} flag", command,
                              "the command comes with a newer nagent; /help lists what works here")
         options = self.options(argv)
         if cost:
@@ -203,7 +197,7 @@ class Chat:
             sys.stdout.write("the next prompt starts a fresh conversation "
                              "(this one is archived then)\n")
         elif plan.action in ("run", "cost"):
-            return self.run_command(plan.argv, cost=plan.action == "cost")
+            return self.run_command(plan.argv, "/" + name, cost=plan.action == "cost")
         elif plan.action == "show":
             return self.show(plan.argv[0])
         elif plan.action == "set":
@@ -212,7 +206,7 @@ class Chat:
 
     def show(self, flag):
         if self.missing_flag([flag]):
-            return self.run_command([flag])   # the error line naming the missing flag
+            return self.run_command([flag], "/" + flag[2:])   # the line naming the missing flag
         options = self.options()
         value = (load_settings(options, warn=False).model if flag == "--model"
                  else options.get(flag[2:].replace("-", "_")) or "build (the default)")
@@ -222,7 +216,7 @@ class Chat:
     def hold(self, argv):
         flag, value = argv
         if self.missing_flag([flag]):
-            return self.run_command([flag, value])
+            return self.run_command([flag, value], "/" + flag[2:])
         before = dict(self.held)
         self.held[flag] = value
         try:

@@ -190,8 +190,9 @@ def run_agent_loop(session, prompt, source="argv", events=None):
             return outcome(run, None, stop.exit_code, error={"error": f"ended by {stop.name}"})
         late = late_messages(run)
         if late:
-            run.emit("note", text=f"{late} message(s) sent with --send arrived after the last model "
-                                  "call; they are delivered at the start of the next run")
+            run.emit("note", text=f"{late} message(s) for this conversation (--send, or typed in a "
+                                  "session) arrived after the last model call; they are delivered "
+                                  "at the start of the next run")
         return done
 
 

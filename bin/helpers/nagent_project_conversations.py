@@ -34,7 +34,7 @@ from nagent_conversation_format import utc_now
 from nagent_conversation_head import session_meta
 from nagent_conversation_layout import conversation_path, validate_name
 from nagent_errors import UsageError
-from nagent_fs import atomic_write, read_regular
+from nagent_fs import atomic_write, read_json_object, read_regular
 from nagent_paths import nagent_home
 from nagent_project import find_project
 
@@ -96,15 +96,6 @@ def record_use(path, origin, environ=None):
         pass   # the index is a convenience: the conversation itself is written
 
 
-def _read_entry(entry):
-    data = read_regular(entry, ENTRY_LIMIT)
-    try:
-        value = json.loads(data) if data else None
-    except ValueError:
-        return None
-    return value if isinstance(value, dict) else None
-
-
 def _drop(entry):
     try:
         os.unlink(entry)
@@ -140,7 +131,7 @@ def recent(root, environ=None, exclude=(), since=None, limit=None):
         if path in excluded:
             continue
         entry = os.path.join(folder, name)
-        recorded = _read_entry(entry)
+        recorded = read_json_object(entry, ENTRY_LIMIT)
         origin = origin_of(session_meta(path))
         if (recorded is None or origin is None or origin["root"] != root
                 or recorded.get("root") != root or recorded.get("id") != origin["id"]):
