@@ -8,8 +8,8 @@ Data contract
   starts with (nagent_loop.start_conversation) carries "origin": {"root": ROOT, "id": 32 hex
   digits, "started": ISO time}. ROOT is the project root (nagent_project.find_project, the one
   validated root) of the directory the conversation started in, or that directory (realpath)
-  outside a project: `directory_root(cwd, environ, secret_names)`. `new_origin(root)` makes
-  one; `origin_of(meta)` reads one back from a meta dict (None when missing or malformed);
+  outside a project (nagent_context.InitialContext.root; nagent_resume.here for a command's
+  working directory). `new_origin(root)` makes one; `origin_of(meta)` reads one back from a meta dict (None when missing or malformed);
   `origin_in(records)` from the first meta record of parsed records.
 * The index, nagent's own state, one small file per conversation of a ROOT:
       ~/.nagent/projects/{sha256(ROOT)[:32]}/{NAME}   JSON {"root", "id", "started"}, 0600
@@ -36,15 +36,9 @@ from nagent_conversation_layout import conversation_path, validate_name
 from nagent_errors import UsageError
 from nagent_fs import atomic_write, read_json_object, read_regular
 from nagent_paths import nagent_home
-from nagent_project import find_project
 
 Recent = namedtuple("Recent", "name path used started")
 ENTRY_LIMIT = 4096   # bytes of an index file
-
-
-def directory_root(cwd, environ=None, secret_names=None):
-    project = find_project(cwd, environ, secret_names)
-    return project.root if project is not None else os.path.realpath(cwd)
 
 
 def new_origin(root):

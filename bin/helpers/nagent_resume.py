@@ -1,8 +1,9 @@
 """`nagent -c` (`--continue`) and `nagent --resume`: the conversations of this directory, whatever
 the terminal they were started from.
 
-Data contract (ROOT: the project root of the working directory, or the directory itself outside
-a project, nagent_project_conversations.directory_root; the index and its checks are there):
+Data contract (ROOT: `here(environ, cwd)`, the project root of the working directory
+(nagent_project.find_project), or the directory itself outside a project; the index and its
+checks are nagent_project_conversations'):
 - `continue_target(environ, cwd)` -> Recent or None: the conversation started in ROOT that a run
   used last.
 - `resume_name(name, environ)` -> NAME for `--resume NAME`: a valid name of an existing
@@ -28,6 +29,7 @@ from nagent_conversation_layout import conversation_path, validate_name
 from nagent_conversation_lifecycle import HEAD_BYTES, first_prompt
 from nagent_conversation_tail import read_tail_summary
 from nagent_errors import InputError, UsageError
+from nagent_project import find_project
 from nagent_terminal_text import one_line
 
 LIST_LIMIT = 20
@@ -36,7 +38,9 @@ RESUME_FIX = "nagent --resume lists this directory's conversations"
 
 
 def here(environ, cwd):
-    return projects.directory_root(cwd, environ)
+    """ROOT of the working directory: its project's root, else the directory itself."""
+    project = find_project(cwd, environ)
+    return project.root if project is not None else os.path.realpath(cwd)
 
 
 def continue_target(environ, cwd):
