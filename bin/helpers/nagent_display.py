@@ -136,7 +136,7 @@ class Display:
                      f"{human_count(self.totals['output_tokens'])} out")
         width = terminal_width(self.stream) - 1
         if self.draft:
-            typed = one_line(self.draft, 10 * DRAFT_WIDTH)[-DRAFT_WIDTH:]
+            typed = one_line(self.draft[-DRAFT_WIDTH:], 4 * DRAFT_WIDTH)[-DRAFT_WIDTH:]
             return cut(text, max(0, width - len(typed) - 5)) + " │ ✎ " + typed
         return cut(text, width)
 

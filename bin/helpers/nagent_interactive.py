@@ -155,8 +155,10 @@ class Chat:
 
     def during(self, session, out):
         from nagent_typeahead import Typeahead
+        dumb = self.environ.get("TERM", "dumb") in ("", "dumb")   # no bracketed paste there
         self.typeahead = Typeahead(sys.stdin.fileno(), session.path, out.display,
-                                   session.environ or self.environ, sys.stderr, control=sys.stdout)
+                                   session.environ or self.environ, sys.stderr,
+                                   control=None if dumb else sys.stdout)
         return self.typeahead
 
     def run_prompt(self, text, new=False):

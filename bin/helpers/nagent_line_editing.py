@@ -16,7 +16,8 @@ Data contract
   to its last HISTORY_LIMIT entries once it holds twice as many.
 * `LineEditor(environ, complete)` sets readline up: Tab completes through `complete(line,
   begidx, text) -> [candidates]` (words end at spaces, tabs and newlines only, so a path stays
-  one word); Alt-Enter (ESC CR, ESC LF) inserts a newline; bracketed paste on. Methods:
+  one word); Alt-Enter (ESC CR, ESC LF) inserts a newline; bracketed paste on (shown without
+  reverse video when NO_COLOR is set). Methods:
   `read(prompt, more) -> str | None` reads one entry: a line ending in a single backslash
   continues on the next (prompt `more`), joined with a newline; Ctrl-C clears the entry and
   asks again; Ctrl-D at an empty prompt gives None. `remember(text)` adds an entry to the
@@ -94,6 +95,8 @@ class LineEditor:
         readline.set_completer(self._complete)
         for binding in KEYS:
             readline.parse_and_bind(binding)
+        if environ.get("NO_COLOR"):   # readline shows a paste in reverse video otherwise
+            readline.parse_and_bind("set enable-active-region off")
         readline.set_startup_hook(self._startup)
         self._shown = None
 

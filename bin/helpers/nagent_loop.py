@@ -14,8 +14,12 @@ sub-agents they cut off (attribute cut_off: their conversation names).
 - Actions run in reply order; consecutive <nagent-agent> tags are one batch run concurrently,
   a barrier for what follows, results in tag order (nagent_loop_actions.process_tags).
 - Before each model call (a turn boundary, never inside a call or an action), messages sent
-  with `nagent --send` are appended as prompts with source="inbox"; the run keeps its run file
-  (nagent_run_presence) up to date at call and action boundaries.
+  with `nagent --send` (or typed in an interactive session) are appended as prompts with
+  source="inbox"; the run keeps its run file (nagent_run_presence) up to date at call and
+  action boundaries.
+- A user's main conversation (`follows_project`: not a sub-agent's, not a per-file edit
+  session's) starts with an origin in its meta record, and every run of it records its use in
+  the project index (nagent_project_conversations), for -c and --resume.
 - A reply cut off by the output limit is continued only while its text so far parses (valid,
   or invalid only because it is unfinished), at most `max_continuations` times; a stop at a
   stop sequence is a cut at the reply's end (nagent_protocol.parse_response `stopped_at`).
