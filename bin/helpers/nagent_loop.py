@@ -19,7 +19,7 @@ sub-agents they cut off (attribute cut_off: their conversation names).
   action boundaries.
 - A user's main conversation (`follows_project`: not a sub-agent's, not a per-file edit
   session's) starts with an origin in its meta record, and every run of it records its use in
-  the project index (nagent_project_conversations), for -c and --resume.
+  the project index (nagent_project_conversations) when it ends, for -c and --resume.
 - A reply cut off by the output limit is continued only while its text so far parses (valid,
   or invalid only because it is unfinished), at most `max_continuations` times; a stop at a
   stop sequence is a cut at the reply's end (nagent_protocol.parse_response `stopped_at`).
@@ -182,22 +182,30 @@ def run_agent_loop(session, prompt, source="argv", events=None):
         run = Run(session, writer, events)
         run.instance = instance
         try:
-            done = _loop(run, prompt, source)
-        except KeyboardInterrupt:
-            text, attrs = interrupt_record(run, "The user interrupted the previous run (Ctrl-C).")
-            run.append("interrupt", text, attrs)
-            return outcome(run, None, EXIT_CODES["interrupted"], error={"error": "interrupted"})
-        except ExitSignal as stop:
-            # A running shell command's group (and a sub-agent's tree) was ended on the way out.
-            text, attrs = interrupt_record(run, f"The previous run was ended by {stop.name}.")
-            run.append("interrupt", text, attrs)
-            return outcome(run, None, stop.exit_code, error={"error": f"ended by {stop.name}"})
-        late = late_messages(run)
-        if late:
-            run.emit("note", text=f"{late} message(s) for this conversation (--send, or typed in a "
-                                  "session) arrived after the last model call; they are delivered "
-                                  "at the start of the next run")
-        return done
+            return _run(run, prompt, source)
+        finally:   # after the run, off the first request's path: -c and --resume find it
+            if run.origin is not None:
+                record_use(session.path, run.origin, session.environ or None)
+
+
+def _run(run, prompt, source):
+    try:
+        done = _loop(run, prompt, source)
+    except KeyboardInterrupt:
+        text, attrs = interrupt_record(run, "The user interrupted the previous run (Ctrl-C).")
+        run.append("interrupt", text, attrs)
+        return outcome(run, None, EXIT_CODES["interrupted"], error={"error": "interrupted"})
+    except ExitSignal as stop:
+        # A running shell command's group (and a sub-agent's tree) was ended on the way out.
+        text, attrs = interrupt_record(run, f"The previous run was ended by {stop.name}.")
+        run.append("interrupt", text, attrs)
+        return outcome(run, None, stop.exit_code, error={"error": f"ended by {stop.name}"})
+    late = late_messages(run)
+    if late:
+        run.emit("note", text=f"{late} message(s) for this conversation (--send, or typed in a "
+                              "session) arrived after the last model call; they are delivered "
+                              "at the start of the next run")
+    return done
 
 
 def interrupt_record(run, text):
@@ -232,8 +240,8 @@ def start_conversation(run):
         run.append("meta", json.dumps(meta, sort_keys=True))
         for line in context.warnings:
             sys.stderr.write(f"warning: {line}\n")
-    if follows:   # -c and --resume find it by the directory it started in
-        record_use(run.session.path, origin_in(run.writer.records()), run.session.environ or None)
+    if follows:   # recorded in the project index when the run ends
+        run.origin = origin_in(run.writer.records())
 
 
 def follows_project(session):

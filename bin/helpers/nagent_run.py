@@ -51,6 +51,7 @@ class Run:
         self.client = None  # one provider client for the whole run (see nagent_llm.make_client)
         self.instance = None  # its run file (nagent_instances.RunFile), when it keeps one
         self.cut_off = []     # sub-agent conversations an interruption cut off
+        self.origin = None    # where a user's conversation started (nagent_project_conversations)
 
     def redact(self, text):
         return redact(text, self.session.secrets)
