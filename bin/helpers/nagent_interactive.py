@@ -26,7 +26,6 @@ by listing this directory's conversations and asking which one (nagent_resume.ch
 import os
 import sys
 import termios
-import threading
 import time
 
 import nagent_commands
@@ -115,10 +114,10 @@ class Chat:
             return selected_path(options, read_only=True)
         return selected_conversation(options, self.environ)[0]
 
-    def prompt_line(self):
+    def prompt_line(self, settings=None):
         options = self.options()
         try:
-            model = load_settings(options, warn=False).model
+            model = (settings or load_settings(options, warn=False)).model
         except NagentError:
             model = "?"
         try:
@@ -145,11 +144,15 @@ class Chat:
         return path_candidates(text)
 
     # -- entries ---------------------------------------------------------------------------
+    def preload(self, modules):
+        import threading   # not before the prompt shows
+        self.loader = threading.Thread(target=preload, args=(modules,), daemon=True)
+        self.loader.start()
+
     def guarded(self, body):
         """`body()` under nagent's error convention: an error is its one line, never the end."""
-        if self.loader is not None:
-            if self.loader.ident is not None:   # started once the first prompt showed
-                self.loader.join()
+        if self.loader is not None:   # what a run needs, imported while the prompt waited
+            self.loader.join()
             self.loader = None
         return run_main(lambda _argv: body(), [])
 
@@ -245,10 +248,12 @@ class Chat:
             except (OSError, termios.error):
                 pass
 
-    def loop(self):
+    def loop(self, settings=None):
+        """Entries until Ctrl-D or /exit; `settings` are the session's, already resolved."""
         while True:
             self.restore_terminal()
-            text = self.editor.read(self.prompt_line(), MORE)
+            text = self.editor.read(self.prompt_line(settings), MORE)
+            settings = None   # re-read from now on: an entry may have changed them
             if text is None:   # Ctrl-D at an empty prompt (readline ends the line itself)
                 return 0
             if not text.strip():
@@ -272,8 +277,7 @@ def start(options, lifecycle, parser, pick=False):
     chat = Chat(options, lifecycle, parser)
     settings = load_settings(chat.options(), warn=not pick)   # a bad config stops it here
     modules = RUN_MODULES + (settings.provider.adapter, settings.provider.package)
-    chat.loader = threading.Thread(target=preload, args=(modules,), daemon=True)
     # Started once the first prompt is on the screen: it must not delay the prompt.
-    chat.editor.when_shown(chat.loader.start)
+    chat.editor.when_shown(lambda: chat.preload(modules))
     sys.stderr.write(BANNER + "\n")
-    return chat.loop()
+    return chat.loop(settings)
