@@ -41,10 +41,12 @@ from nagent_terminal_text import one_line
 SOURCE = "interactive"
 MORE = "  … "
 EXIT_SIGNALS = (129, 143)
-# What a run imports, loaded by the preload thread once the prompt shows (and imported where
-# used, not at the top: the prompt must appear within 3x `python3 -c pass`).
+# What a run imports before its first request, loaded by the preload thread once the prompt
+# shows (and imported where used, not at the top: the prompt must appear within 3x `python3 -c
+# pass`). Nothing more: an entry typed at once waits for all of it, and a one-shot run imports
+# the rest (the reply parser ...) only after its request.
 RUN_MODULES = ("nagent_session", "nagent_loop", "nagent_output", "nagent_display", "nagent_stream",
-               "nagent_protocol", "nagent_llm", "nagent_typeahead", "nagent_lifecycle_commands")
+               "nagent_llm", "nagent_typeahead")
 BANNER = ("nagent: Enter sends; Alt-Enter or a trailing \\ adds a line; /help lists commands; "
           "Ctrl-D leaves")
 
