@@ -5,6 +5,9 @@ timeout=60)` forks `argv` on a new pty (stdin, stdout and stderr all on it), wri
 at once (before the tool can have asked anything), then writes each of `answers` in turn, each
 only after one more `prompt` has been shown whole. Returns (exit code, transcript bytes, prompts
 answered).
+`fresh_terminal()` -> (master, slave) of a new 120x40 pseudo-terminal; `TerminalReader(master)`
+collects what it shows on a thread: `.screen()` (after `.join(timeout)`, which returns once every
+writer closed the slave) is the text with CRLF as newlines; `.seen()` the bytes so far.
 `PtySession(argv, env, cwd)` is a person at a 120x40 terminal: `type(data)` writes keys,
 `expect(text, count=None)` waits until the screen shows `text` (str or bytes) `count` times in
 all (default: once more than when `mark()` was last called) and returns what was shown since
@@ -20,7 +23,41 @@ import pty
 import select
 import struct
 import termios
+import threading
 import time
+
+
+def fresh_terminal():
+    master, slave = os.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+    return master, slave
+
+
+class TerminalReader:
+    def __init__(self, master):
+        self.master, self.chunks = master, []
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self):
+        while True:
+            try:
+                data = os.read(self.master, 65536)
+            except OSError:   # EIO: every writer closed the terminal
+                return
+            if not data:
+                return
+            self.chunks.append(data)
+
+    def seen(self):
+        return b"".join(self.chunks)
+
+    def join(self, timeout):
+        self.thread.join(timeout)
+        os.close(self.master)
+
+    def screen(self):
+        return self.seen().decode("utf-8", "replace").replace("\r\n", "\n")
 
 
 def answer_on_pty(argv, env, cwd, answers, typeahead=b"", prompt=b"[y/N]", timeout=60):

@@ -109,7 +109,9 @@ class TotalsTest(HermeticTestCase):
         parent = add_result(TokenStats(), result(input_tokens=100, output_tokens=10))
         child = add_result(TokenStats(), result(input_tokens=2000, output_tokens=20, read=1500)).as_dict()
         folded = add_child(parent, child)
-        self.assertEqual(folded.model_calls, 1)  # the parent's own calls only
+        # Every call made for the run counts, nested nagents' included (issue 20: a nested edit
+        # session's calls were missing from the run's totals).
+        self.assertEqual(folded.model_calls, 2)
         self.assertEqual((folded.input_tokens, folded.cache_read_tokens), (2100, 1500))
         self.assertAlmostEqual(folded.cost_usd, parent.cost_usd + child["cost_usd"], places=6)
         unknown = add_child(parent, {"input_tokens": 5, "cost_usd": None})

@@ -60,6 +60,7 @@ class ConventionsTest(HermeticTestCase):
             "nagent-file-edit": (["--json", "--no-such-flag"], ["--json", "--file", missing, "go"]),
             "nagent-file-summarize": (["--json", "--no-such-flag"], ["--json", "--file", missing]),
             "nagent-mcp": (["--json", "--no-such-flag"], ["--json", "call", "nope", "echo"]),
+            "nagent-batch": (["--json", "--no-such-flag"], ["--json", missing]),
         }
         self.assertEqual(sorted(cases), sorted(TOOLS))
         for name, runs in cases.items():

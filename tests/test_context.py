@@ -332,7 +332,8 @@ class InitialContextTest(HermeticTestCase):
         from nagent_protocol import grammar_text
         static = build_initial_context(environ=self.env, tools=TOOLS).static
         self.assertIn(grammar_text().strip(), static)
-        for needle in ("nagent-file-edit --file PATH", "<nagent-shell>",
+        for needle in ('<nagent-replace path="PATH">', '<nagent-file-edit path="PATH">',
+                       "never run nagent-file-edit or nagent from <nagent-shell>", "<nagent-shell>",
                        "/tmp, /var/tmp or $TMPDIR",
                        "64 KiB", "<nagent-file-read>", "<nagent-agent>", "stdin closed",
                        "without provider API keys", "Tools on PATH:"):

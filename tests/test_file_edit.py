@@ -319,9 +319,12 @@ class EditSessionTests(FileEditCase):
         self.assertEqual(self.fake.requests, [])
         self.assertFalse(os.path.exists(self.index_path()))
 
-    def test_main_context_sends_project_edits_through_nagent_file_edit(self):
-        script = self.script(lambda text: self.assertIn('nagent-file-edit --file PATH "instruction"', text)
-                             or self.assertIn("<nagent-shell>", text)
+    def test_main_context_sends_project_edits_through_the_edit_tags(self):
+        # Issue 20: not through nagent-file-edit in <nagent-shell> (no key there, no bwrap way).
+        script = self.script(lambda text: self.assertIn('<nagent-replace path="PATH">', text)
+                             or self.assertIn('<nagent-file-edit path="PATH">', text)
+                             or self.assertIn("never run nagent-file-edit or nagent from "
+                                              "<nagent-shell>", text)
                              or "<nagent-response>understood</nagent-response>")
         self.ok(self.tool("nagent", "--pid", PID, "--json", "hello"))
         script.check(self)

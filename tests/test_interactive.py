@@ -110,7 +110,7 @@ class SessionOnATerminal(NagentRunCase):
         s.type("wait forever\r")
         self.wait_for_requests(calls + 1)
         s.type("half typed")
-        s.expect("✎ half typed")
+        s.expect("⌨ half typed")
         s.type("\x03")
         shown = s.expect(PROMPT + "half typed")
         self.assertIn("Error: interrupted", shown)

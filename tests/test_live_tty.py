@@ -2,20 +2,17 @@
 pseudo-terminal, against the fake vendor. Action lines, retry line, format corrections, the
 closing summary line, colour only on a terminal and never with NO_COLOR, nothing with -q, and
 quiet off a terminal unless -v."""
-import fcntl
 import importlib.util
 import json
 import os
 import re
 import signal
-import struct
 import subprocess
 import sys
-import termios
-import threading
 import time
 
 from base import BIN, TESTS
+from ptys import TerminalReader, fresh_terminal
 from test_loop import NagentRunCase
 
 ESC = "\x1b"
@@ -29,28 +26,15 @@ def run_on_terminal(args, env, cwd, stdout_on_terminal=False, timeout=60, interr
     """(exit code, stdout text or None, what the terminal showed) of bin/TOOL with stderr
     (and stdout, if asked) on a fresh 120x40 pseudo-terminal; `interrupt_after` (text) sends
     SIGINT, as Ctrl-C does, once the terminal has shown that text and a moment more."""
-    master, slave = os.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+    master, slave = fresh_terminal()
     proc = subprocess.Popen([sys.executable, os.path.join(BIN, tool), *args],
                             stdin=subprocess.DEVNULL, stderr=slave, env=env, cwd=cwd,
                             stdout=slave if stdout_on_terminal else subprocess.PIPE)
     os.close(slave)
-    chunks = []
-
-    def read():
-        while True:
-            try:
-                data = os.read(master, 65536)
-            except OSError:  # EIO: every writer closed the terminal
-                return
-            if not data:
-                return
-            chunks.append(data)
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
+    terminal = TerminalReader(master)
     if interrupt_after is not None:
         deadline = time.monotonic() + timeout
-        while interrupt_after.encode() not in b"".join(chunks) and time.monotonic() < deadline:
+        while interrupt_after.encode() not in terminal.seen() and time.monotonic() < deadline:
             time.sleep(0.05)
         time.sleep(0.4)                                  # the status line has been drawn
         proc.send_signal(signal.SIGINT)
@@ -59,9 +43,8 @@ def run_on_terminal(args, env, cwd, stdout_on_terminal=False, timeout=60, interr
         with proc.stdout:
             stdout = proc.stdout.read().decode()
     code = proc.wait(timeout=timeout)
-    reader.join(timeout)
-    os.close(master)
-    screen = b"".join(chunks).decode("utf-8", "replace").replace("\r\n", "\n")
+    terminal.join(timeout)
+    screen = terminal.screen()
     return code, stdout, screen
 
 

@@ -31,8 +31,8 @@ class SubAgentTest(NagentRunCase):
         data = self.json_of(proc)
         self.assertEqual(proc.returncode, 0, proc.stderr)
         self.assertEqual(data["response"], "parent done")
-        # Parent: 2 calls; child: 2 calls, rolled up into the parent's totals.
-        self.assertEqual(data["totals"]["model_calls"], 2)
+        # Parent: 2 calls; child: 2 calls, rolled up into the parent's totals (calls included).
+        self.assertEqual(data["totals"]["model_calls"], 4)
         self.assertEqual(data["totals"]["input_tokens"], 400)
         self.assertEqual(data["totals"]["output_tokens"], 40)
         self.assertEqual(data["conversation_totals"]["input_tokens"], 400)

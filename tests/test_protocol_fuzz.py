@@ -100,8 +100,26 @@ def tag_soup(rng):
     return "".join(rng.choice(SOUP) for _ in range(rng.randrange(1, 25)))
 
 
+def _replace_body(rng, close):
+    """Old/new pairs (nagent_replace's rule) with random text and random space between them."""
+    def text(least):
+        return "".join(rng.choice(BODY_TOKENS) for _ in range(rng.randrange(least, 6)))
+    for _ in range(20):
+        pairs = [(text(1), text(0)) for _ in range(rng.randrange(1, 3))]
+        raw = rng.choice(("", "\n")) + rng.choice(("", "\n", " ")).join(
+            f"<old>{old}</old>{rng.choice(('', chr(10), ' '))}<new>{new}</new>"
+            for old, new in pairs) + rng.choice(("", "\n"))
+        if any(old == new or "</old>" in old or "</new>" in new for old, new in pairs) \
+                or close in raw or proto._CUT.search(raw):
+            continue
+        return raw
+    return "<old>a</old><new>b</new>"
+
+
 def _random_body(rng, kind):
     close = f"</nagent-{kind}>"
+    if kind == "replace":
+        return _replace_body(rng, close)
     for _ in range(20):
         body = "".join(rng.choice(BODY_TOKENS) for _ in range(rng.randrange(0, 12)))
         if kind in proto.NEEDS_BODY:

@@ -270,7 +270,8 @@ class EventSinkTest(HermeticTestCase):
         self.assertEqual([line["t"] for line in lines], [0.5, 1.25])
         self.assertEqual(set(lines[0]) - {"type", "t"}, set(EVENT_FIELDS["run_start"]))
         self.assertEqual(log.as_dict(), {"provider": "openai", "model": "m", "actions": [
-            {"kind": "shell", "summary": "ls", "ok": True, "outcome": "exit 0"}]})
+            {"kind": "shell", "summary": "ls", "ok": True, "outcome": "exit 0"}],
+            "changed_files": []})
         self.assertTrue(events.wants_deltas)
         self.assertFalse(Events([log]).wants_deltas)
 

@@ -4,7 +4,9 @@ Data contract: `TokenStats` is a frozen record of counters: model_calls, current
 input (the last request's input tokens = the conversation's current size as the model sees
 it), input/output totals, cache-read/cache-write totals, reasoning totals and dollar cost
 (None when any call's model has no known price). `add_result(stats, result, prices)` and
-`add_child(stats, child_totals)` return new records; `as_dict()`/`from_dict()` round-trip
+`add_child(stats, child_totals)` return new records (a nested nagent's totals, model
+calls included: a run's totals count every call made for it); `difference(after, before)` is
+the totals dict of what a conversation recorded between two of its totals dicts; `as_dict()`/`from_dict()` round-trip
 through the conversation's "stats" records. Prices: per million tokens (input, output,
 cache read, cache write) from `PRICES`, overridable by config `prices.{model}`; an unknown
 model is counted in tokens only — never a guessed price.
@@ -108,10 +110,11 @@ def add_result(stats, result, prices=None):
 
 
 def add_child(stats, child):
-    """Fold a sub-agent's recursive totals (a dict from its --json output) into ours."""
+    """Fold a nested nagent's recursive totals (a dict from its --json output) into ours."""
     other = TokenStats.from_dict(child)
     return replace(
-        stats, input_tokens=stats.input_tokens + other.input_tokens,
+        stats, model_calls=stats.model_calls + other.model_calls,
+        input_tokens=stats.input_tokens + other.input_tokens,
         output_tokens=stats.output_tokens + other.output_tokens,
         cache_read_tokens=stats.cache_read_tokens + other.cache_read_tokens,
         cache_write_tokens=stats.cache_write_tokens + other.cache_write_tokens,
@@ -119,3 +122,14 @@ def add_child(stats, child):
         cost_usd=add_cost(stats.cost_usd, other.cost_usd if "cost_usd" in child else 0.0),
         estimated=stats.estimated or other.estimated,
     )
+
+
+def difference(after, before):
+    """`after` - `before` (totals dicts of one conversation at two moments), as a totals dict."""
+    later, earlier = TokenStats.from_dict(after), TokenStats.from_dict(before)
+    counters = ("model_calls", "input_tokens", "output_tokens", "cache_read_tokens",
+                "cache_write_tokens", "reasoning_tokens")
+    delta = {name: max(0, getattr(later, name) - getattr(earlier, name)) for name in counters}
+    cost = None if later.cost_usd is None or earlier.cost_usd is None \
+        else max(0.0, later.cost_usd - earlier.cost_usd)
+    return replace(later, current_input=0, cost_usd=cost, **delta).as_dict()

@@ -19,61 +19,23 @@ timeouts and how they end are nagent_agents'; a child that timed out or was cut 
 its tokens (read from its conversation). `execute_agent` is a batch of one.
 """
 import os
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
-from nagent_agents import child_name, run_children
+from nagent_action_base import (ActionContext, ActionOutcome, error_block, error_text,  # noqa: F401
+                                hook_refusal, refresh_target_id, resolve_path, write_mode_now)
+from nagent_agents import Job, child_name
+from nagent_action_batch import Planned, process_batch
+from nagent_edit_actions import execute_replace, file_edit_job, observe, observed
 from nagent_errors import NagentError
 from nagent_file_split_lib import READ_SPLIT_THRESHOLD_BYTES
-from nagent_file_tools import (BINARY_SNIFF_BYTES, DEFAULT_MEMORY, DEFAULT_TIMEOUT, describe_split,
-                               looks_binary, patch_registered, split_for_read)
+from nagent_file_tools import (BINARY_SNIFF_BYTES, describe_split, looks_binary, patch_registered,
+                               split_for_read)
 from nagent_hooks import check_action
 from nagent_protocol_blocks import result_block
+from nagent_split_registry import find_by_index, load as load_registry
+from nagent_write_policy import validate_write_path, write_file_atomic
 
-
-@dataclass(frozen=True)
-class ActionContext:
-    cwd: str
-    environ: dict
-    write_mode: object
-    conversation: str
-    side_dir: str
-    shell_policy: object
-    settings: object = None
-    pid: str = ""
-    depth: int = 0
-    max_depth: int = 3
-    agent_timeout: float = 1800.0
-    extra_args: tuple = field(default=())
-    secret_names: tuple = ()     # variables holding keys the config refers to: kept from shells
-    secrets: tuple = ()          # key values: blanked in shell output, side files included
-    file_tool_timeout: float = DEFAULT_TIMEOUT   # split/patch tool processes
-    file_tool_memory: int = DEFAULT_MEMORY       # their address-space cap in bytes, 0 = none
-    max_parallel: int = 4        # sub-agents of one batch running at once
-
-
-@dataclass(frozen=True)
-class ActionOutcome:
-    block: str
-    prompt: str | None = None
-    child: dict | None = None
-    failed: bool = False
-    hook: object = None          # the action hook's run (nagent_hooks.HookRun), recorded first
-    cut_off: str = ""            # a sub-agent's conversation name when the run's end cut it off
-
-
-def error_block(tag, message, attrs=None):
-    attrs = dict(attrs or {})
-    attrs["status"] = "error"
-    return ActionOutcome(result_block(tag, f"error: {message}", attrs), failed=True)
-
-
-def error_text(error):
-    return error.line()[len("Error: "):]
-
-
-def _resolve(path, ctx):
-    expanded = path if os.path.isabs(path) else os.path.join(ctx.cwd, path)
-    return os.path.normpath(expanded)
+_resolve = resolve_path
 
 
 def read_text_file(path, limit=READ_SPLIT_THRESHOLD_BYTES):
@@ -142,54 +104,34 @@ def execute_file_read(action, ctx):
 
 def execute_file_patch(action, ctx):
     raw = action.attr("index", "")
+    index = _resolve(raw, ctx)
+    # For the view only (the authority is patch_registered's): the source nagent recorded.
+    entry = find_by_index(load_registry(ctx.side_dir), index) if ctx.side_dir else None
+    before = observe(entry["source"], ctx) if entry else None
     try:
-        outcome = patch_registered(_resolve(raw, ctx), ctx, shown=raw)
+        outcome = patch_registered(index, ctx, shown=raw)
     except NagentError as error:
         return error_block("nagent-file-patch-result", error_text(error), {"index": raw})
     if outcome.get("status") == "applied" and outcome.get("source"):
         refresh_target_id(outcome["source"], ctx)
     body = "\n".join(f"{key}: {value}" for key, value in outcome.items() if value is not None)
-    return ActionOutcome(result_block("nagent-file-patch-result", body,
-                                      {"index": raw, "status": str(outcome.get("status", ""))}))
-
-
-def refresh_target_id(path, ctx):
-    """After the target was replaced (a new inode), re-key its file-index record to the new id,
-    so a later rename still finds this conversation. Best effort: the write already happened."""
-    mode = ctx.write_mode
-    if mode.kind != "file-edit" or not mode.target or not ctx.pid \
-            or os.path.realpath(path) != os.path.realpath(mode.target):
-        return
-    import nagent_file_edit_lib as file_edit
-    try:
-        file_edit.resolve_file_edit(mode.target, ctx.pid, ctx.environ)
-    except NagentError:
-        pass
-
-
-def write_mode_now(ctx):
-    """The session's write mode plus, in a per-file session, the segments of the splits nagent
-    made of the target, from its own registry (never from an index.json the model can write)."""
-    mode = ctx.write_mode
-    if mode.kind != "file-edit" or not ctx.side_dir:
-        return mode
-    import nagent_split_registry as registry_lib
-    registry = registry_lib.load(ctx.side_dir)
-    return replace(mode, segments=registry_lib.granted_segments(registry, mode.target, mode.target_id))
+    return observed(ActionOutcome(result_block("nagent-file-patch-result", body, {
+        "index": raw, "status": str(outcome.get("status", ""))})), before, ctx)
 
 
 def execute_write(action, ctx):
-    from nagent_write_policy import write_file_atomic
     raw = action.attr("path", "")
+    mode = write_mode_now(ctx)
     try:
-        written = write_file_atomic(raw, action.body.encode("utf-8"), write_mode_now(ctx), ctx.cwd,
-                                    ctx.environ)
+        before = observe(validate_write_path(raw, mode, ctx.cwd, ctx.environ), ctx)
+        written = write_file_atomic(raw, action.body.encode("utf-8"), mode, ctx.cwd, ctx.environ)
     except NagentError as error:
         return error_block("nagent-write-result", error_text(error), {"path": raw})
     refresh_target_id(written["path"], ctx)
     verb = "created" if written.get("created") else "replaced"
-    return ActionOutcome(result_block("nagent-write-result", f"{verb} {written['path']} "
-                                      f"({written['bytes']} bytes)", {"path": raw, "status": "ok"}))
+    return observed(ActionOutcome(result_block("nagent-write-result", f"{verb} {written['path']} "
+                                               f"({written['bytes']} bytes)",
+                                               {"path": raw, "status": "ok"})), before, ctx)
 
 
 def execute_shell(action, ctx):
@@ -199,8 +141,11 @@ def execute_shell(action, ctx):
                             secret_names=ctx.secret_names, secrets=ctx.secrets)
     except NagentError as error:
         return error_block("nagent-shell-result", error_text(error))
+    # The first stderr line that says something (a rule of ===== says nothing).
+    why = next((line for line in outcome.stderr.splitlines() if any(ch.isalnum() for ch in line)),
+               "") if outcome.exit_code not in (0, None) else ""
     return ActionOutcome(result_block("nagent-shell-result", format_shell_result(outcome)),
-                         failed=outcome.exit_code != 0)
+                         failed=outcome.exit_code != 0, why=why)
 
 
 def agent_outcome(result, attrs):
@@ -230,57 +175,31 @@ def agent_outcome(result, attrs):
 
 
 def agent_job(action, ctx):
-    """(name, task, None) of a sub-agent to start, or (name, None, error outcome)."""
+    """A sub-agent to start (nagent_action_batch.Planned), or an error outcome."""
     name = child_name(ctx.pid)
     attrs = {"conversation": name, "tokens_in": "0", "tokens_out": "0"}
     if ctx.depth + 1 > ctx.max_depth:
-        return name, None, error_block("nagent-agent-result", f"sub-agent nesting limit "
-                                       f"({ctx.max_depth}) reached; do this task yourself", attrs)
+        return error_block("nagent-agent-result", f"sub-agent nesting limit "
+                           f"({ctx.max_depth}) reached; do this task yourself", attrs)
     task = action.body.strip()
     if not task:
-        return name, None, error_block("nagent-agent-result", "empty task", attrs)
-    return name, task, None
+        return error_block("nagent-agent-result", "empty task", attrs)
+    return Planned(Job(0, name, task),
+                   lambda result: agent_outcome(result, {"conversation": result.name}))
+
+
+BATCHES = {"agent": agent_job, "file-edit": file_edit_job}
 
 
 def process_agents(actions, ctx, ready, watch=None, hooks=True):
-    """Consecutive <nagent-agent> actions as one batch: the action hook checks each (in tag
-    order, before any starts), the children run concurrently (nagent_agents.run_children, at
-    most ctx.max_parallel at once), and `ready(position, outcome)` gets each outcome in tag
-    order as soon as every one before it is in. An interruption still reports every action
-    (cut off, not started) before it propagates."""
-    outcomes, flushed = [None] * len(actions), 0
-    hook_runs, jobs = {}, []
-
-    def flush():
-        nonlocal flushed
-        while flushed < len(outcomes) and outcomes[flushed] is not None:
-            flushed += 1
-            ready(flushed - 1, outcomes[flushed - 1])
-
-    for position, action in enumerate(actions):
-        hook = check_action(action, ctx) if hooks else None
-        if hook is not None and hook.status() != "accepted":
-            outcomes[position] = hook_refusal(action, hook)
-            continue
-        name, task, early = agent_job(action, ctx)
-        if early is not None:
-            outcomes[position] = replace(early, hook=hook)
-            continue
-        hook_runs[position] = hook
-        jobs.append((position, name, task))
-    flush()
-
-    def done(position, result):
-        attrs = {"conversation": result.name}
-        outcomes[position] = replace(agent_outcome(result, attrs), hook=hook_runs.get(position))
-        flush()
-
-    run_children(jobs, ctx, done, watch)
-    flush()
+    """Consecutive <nagent-agent> (or <nagent-file-edit>) actions as one batch
+    (nagent_action_batch.process_batch): the action hook checks each before any starts, the children
+    run concurrently, `ready(position, outcome)` gets the outcomes in tag order."""
+    process_batch(actions, ctx, ready, BATCHES[actions[0].kind], watch, hooks)
 
 
 def execute_agent(action, ctx):
-    """One sub-agent (process_action already ran the action hook)."""
+    """One sub-agent or file-edit session (process_action already ran the action hook)."""
     got = []
     process_agents([action], ctx, lambda _position, outcome: got.append(outcome), hooks=False)
     return got[0]
@@ -293,21 +212,8 @@ def execute_next(action, ctx):
 HANDLERS = {
     "read": execute_read, "file-read": execute_file_read, "file-patch": execute_file_patch,
     "write": execute_write, "shell": execute_shell, "agent": execute_agent, "next": execute_next,
+    "replace": execute_replace, "file-edit": execute_agent,
 }
-
-
-def hook_refusal(action, hook):
-    """The result of an action the action hook did not allow: exit 2 refuses with the hook's
-    output; any other failure is an error result. The action does not run."""
-    tag = f"nagent-{action.kind}-result"
-    attrs = {name: action.attr(name) for name in ("path", "index") if action.attr(name) is not None}
-    if hook.status() == "refused":
-        outcome = ActionOutcome(result_block(tag, f"refused by the action hook: {hook.output()}",
-                                             dict(attrs, status="refused")), failed=True)
-    else:
-        outcome = error_block(tag, f"the action hook failed ({hook.describe()}), so the action did "
-                              f"not run: {hook.output()}", attrs)
-    return replace(outcome, hook=hook)
 
 
 def process_action(action, ctx):

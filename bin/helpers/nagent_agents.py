@@ -1,17 +1,31 @@
-"""Sub-agents as processes: child `nagent` runs, several at once, each ended with its whole tree.
+"""Nested nagent processes the driver runs (sub-agents, per-file edit sessions): several at once,
+each ended with its whole tree.
 
 Data contract
 -------------
-* A child is `nagent --conversation NAME --invocation delegated --parent-conversation PATH
-  --depth D+1 --pid PID --json ... -` (`child_command`), its task on stdin; NAME is
+* A `Job` is one child to run: index (its action's position), name (its conversation, when
+  known), task (its stdin), argv (empty: a sub-agent's `child_command`), tool (a nagent tool
+  name: the child is a fork of this process running that tool with `argv` as its arguments,
+  nagent_fork: no second interpreter start or SDK import), env (None: ctx.environ,
+  the driver's own environment: its children are the driver's tools, not the model's shell),
+  timeout (None: ctx.agent_timeout), key (children with the same non-empty key never run at
+  once: two edit sessions of one file), totals (fn() -> the totals of a child that printed
+  none; None: `child_totals(name)`).
+* A sub-agent is `nagent --conversation NAME --invocation delegated --parent-conversation PATH
+  --depth D+1 --pid PID --json [settings] -` (`child_command`), its task on stdin; NAME is
   `child_name(pid)`: "agent-{uuid4 hex}-{conversation pid}" (the conversation pid passed
-  through, never this process's OS pid). Its stdin, stdout and stderr are anonymous temp files,
-  not pipes, so nothing has to be drained while several run.
-* `run_children(jobs, ctx, done, watch=None)` runs `jobs` ([(index, name, task)], in tag order)
-  at most `ctx.max_parallel` at a time, starting them in order as slots free up, and calls
-  `done(index, ChildResult)` as each one ends, in whatever order they end. A child past
-  `ctx.agent_timeout` seconds gets SIGTERM (it ends its own shell commands and records why); after
-  AGENT_TERM_GRACE seconds it and every process it left are killed; its siblings run on.
+  through, never this process's OS pid). `setting_args(settings)` are the flags that hand a
+  child the session's settings a command line may have changed: provider, model, shell sandbox
+  and approval (a `--shell-sandbox bwrap` run sandboxes its children's shells too). A child's
+  stdin, stdout and stderr are anonymous temp files, not pipes, so nothing has to be drained
+  while several run.
+* `run_children(jobs, ctx, done, watch=None, started=None)` runs `jobs` (in tag order) at most
+  `ctx.max_parallel` at a time, starting them in order as slots free up (a job whose key is held
+  by a running child waits, and the next ones may pass it), calls `started(index)` (when given)
+  right before a child's process starts, and `done(index, ChildResult)` as each one ends, in
+  whatever order they end. A child past its timeout gets SIGTERM (it ends its own shell commands
+  and records why); after AGENT_TERM_GRACE seconds it and every process it left are killed; its
+  siblings run on.
   `watch(views)` (optional) is called about every WATCH_TICK seconds while children run, with one
   dict per started child still running: index, name, pid, elapsed (s), action (what its run file
   says it does now, or None), calls, tokens.
@@ -23,9 +37,10 @@ Data contract
   is raised again.
 * `ChildResult`: name, status ("finished", "timed_out", "cut_off", "not_started",
   "start_failed"), exit_code, response (the child's final answer from its --json, or None),
-  error_line (its last non-empty stderr line), totals (its recursive token totals: from its
-  --json, else from the last stats record of its conversation, so a child that was ended still
-  counts), seconds, reason (why it did not finish: the start error, or the signal).
+  error_line (its last non-empty stderr line), first_error (its first one), totals (its
+  recursive token totals: from its --json, else the job's `totals`, so a child that was ended
+  still counts), seconds, reason (why it did not finish: the start error, or the signal), data
+  (its whole --json object, {} when it printed none).
 """
 import json
 import os
@@ -36,10 +51,12 @@ import tempfile
 import time
 import uuid
 from dataclasses import dataclass, field
+from typing import Callable
 
 import nagent_conversation_layout as layout
 from nagent_conversation_tail import read_tail_summary
 from nagent_errors import ExitSignal, NagentError
+from nagent_fork import fork_tool
 from nagent_install import tool_argv
 from nagent_instances import read_run_file
 from nagent_procs import end_process_trees, kill_tree, process_tree
@@ -60,20 +77,44 @@ class ChildResult:
     totals: dict = field(default_factory=dict)
     seconds: float = 0.0
     reason: str = ""
+    data: dict = field(default_factory=dict)
+    first_error: str = ""
+
+
+@dataclass(frozen=True)
+class Job:
+    index: int
+    name: str
+    task: str
+    argv: tuple = ()
+    env: dict | None = None
+    timeout: float | None = None
+    key: str = ""
+    totals: Callable | None = None
+    tool: str = ""
 
 
 def child_name(pid):
     return f"agent-{uuid.uuid4().hex}-{layout.sanitize(pid) or 'none'}"
 
 
+def setting_args(settings):
+    """The flags that give a child the session's settings a command line may have changed."""
+    if settings is None:
+        return []
+    return ["--provider", settings.provider.name, "--model", settings.model,
+            "--shell-sandbox", settings.shell.sandbox, "--shell-approval", settings.shell.approval]
+
+
+def delegated_args(ctx):
+    """The flags of every nested nagent the driver starts: its pid, who started it, its depth."""
+    return ["--pid", ctx.pid, "--invocation", "delegated", "--parent-conversation",
+            ctx.conversation, "--depth", str(ctx.depth + 1), "--json"]
+
+
 def child_command(ctx, name):
-    settings = ctx.settings
-    command = [*tool_argv("nagent"), "--conversation", name, "--pid", ctx.pid,
-               "--invocation", "delegated", "--parent-conversation", ctx.conversation,
-               "--depth", str(ctx.depth + 1), "--json"]
-    if settings is not None:
-        command += ["--provider", settings.provider.name, "--model", settings.model]
-    return command + list(ctx.extra_args) + ["-"]
+    return [*tool_argv("nagent"), "--conversation", name, *delegated_args(ctx),
+            *setting_args(ctx.settings), *ctx.extra_args, "-"]
 
 
 def child_totals(name, environ):
@@ -89,8 +130,9 @@ def child_totals(name, environ):
 class _Child:
     """One started child: its process, files and clock."""
 
-    def __init__(self, index, name, task):
-        self.index, self.name, self.task = index, name, task
+    def __init__(self, job):
+        self.job = job
+        self.index, self.name, self.task, self.key = job.index, job.name, job.task, job.key
         self.proc = self.pidfd = None
         self.stdin = self.stdout = self.stderr = None
         self.started = self.deadline = 0.0
@@ -104,11 +146,18 @@ class _Child:
         self.stdin.seek(0)
         self.stdout, self.stderr = tempfile.TemporaryFile(), tempfile.TemporaryFile()
         # The task goes on stdin: argv breaks past 128 KiB and on a leading "-".
-        self.proc = subprocess.Popen(child_command(ctx, self.name), stdin=self.stdin,
-                                     stdout=self.stdout, stderr=self.stderr, cwd=ctx.cwd,
-                                     env=ctx.environ)
+        job = self.job
+        env = ctx.environ if job.env is None else job.env
+        if job.tool:
+            self.proc = fork_tool(job.tool, list(job.argv), env, ctx.cwd,
+                                  (self.stdin, self.stdout, self.stderr))
+        else:
+            self.proc = subprocess.Popen(list(job.argv) or child_command(ctx, self.name),
+                                         stdin=self.stdin, stdout=self.stdout,
+                                         stderr=self.stderr, cwd=ctx.cwd, env=env)
         self.started = time.monotonic()
-        self.deadline = self.started + ctx.agent_timeout
+        self.timeout = ctx.agent_timeout if job.timeout is None else job.timeout
+        self.deadline = self.started + self.timeout
         try:
             self.pidfd = os.pidfd_open(self.proc.pid)
         except (AttributeError, OSError):
@@ -135,13 +184,18 @@ class _Child:
         except json.JSONDecodeError:
             data = {}
         data = data if isinstance(data, dict) else {}
-        totals = data.get("totals") if isinstance(data.get("totals"), dict) else \
-            child_totals(self.name, environ)
+        if isinstance(data.get("totals"), dict):
+            totals = data["totals"]
+        elif self.job.totals is not None:
+            totals = self.job.totals()
+        else:
+            totals = child_totals(self.name, environ)
         lines = [line for line in err.splitlines() if line.strip()]
         response = data.get("response") if isinstance(data.get("response"), str) else None
         return ChildResult(self.name, status, self.proc.returncode if self.proc else None,
                            response, lines[-1] if lines else "", totals,
-                           time.monotonic() - self.started if self.started else 0.0, reason)
+                           time.monotonic() - self.started if self.started else 0.0, reason,
+                           data, lines[0] if lines else "")
 
 
 def _view(child, environ, now):
@@ -161,21 +215,25 @@ def _wait(running, timeout):
         time.sleep(min(max(0.0, timeout), 0.05))
 
 
-def run_children(jobs, ctx, done, watch=None):
+def run_children(jobs, ctx, done, watch=None, started=None):
     environ = ctx.environ
     limit = max(1, int(getattr(ctx, "max_parallel", 1) or 1))
-    pending = [_Child(index, name, task) for index, name, task in jobs]
+    pending = [_Child(job) for job in jobs]
     running = []
     try:
         while pending or running:
-            while pending and len(running) < limit:
-                child = pending.pop(0)
+            while len(running) < limit:
+                child = _next_startable(pending, running)
+                if child is None:
+                    break
                 try:
+                    if started is not None:
+                        started(child.index)
                     child.start(ctx)
                 except OSError as error:
                     child.close()
                     done(child.index, ChildResult(child.name, "start_failed",
-                                                  reason=f"cannot start sub-agent: {error.strerror}"))
+                                                  reason=f"cannot start it: {error.strerror}"))
                     continue
                 running.append(child)
             if not running:
@@ -192,7 +250,7 @@ def run_children(jobs, ctx, done, watch=None):
                     running.remove(child)
                     try:
                         done(child.index, child.result(outcome, environ,
-                                                       reason=f"timed out after {ctx.agent_timeout:g} s"
+                                                       reason=f"timed out after {child.timeout:g} s"
                                                        if outcome == "timed_out" else ""))
                     finally:
                         child.close()
@@ -204,6 +262,15 @@ def run_children(jobs, ctx, done, watch=None):
     finally:
         for child in running + pending:
             child.close()
+
+
+def _next_startable(pending, running):
+    """The first pending child whose key no running child holds (removed from `pending`)."""
+    held = {child.key for child in running if child.key}
+    for position, child in enumerate(pending):
+        if not child.key or child.key not in held:
+            return pending.pop(position)
+    return None
 
 
 def _check(child, now):

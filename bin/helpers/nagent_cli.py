@@ -30,6 +30,9 @@ Data contract:
 - Settings flags: `add_setting_flags(parser, names)` adds one flag per config schema row,
   `provider_overrides(args)` collects the given ones, `load_settings(args)` resolves the
   settings and prints their warnings (unknown config keys) once.
+- `refuse_in_shell_action(tool, use, environ=None)`: UsageError when this process runs inside
+  a nagent shell action (nagent_secrets.SHELL_ACTION_VAR): `tool` cannot work there (no key),
+  and the line names `use`, the tag the model should reply with instead.
 - `spinner_allowed(environ)`: the one reader of NAGENT_NO_SPINNER (unset, "" or "0": animation
   allowed). `Spinner` draws on stderr only when stderr is a TTY and that allows it; it writes
   no escape sequence (the line is cleared with spaces), so NO_COLOR output stays plain.
@@ -39,7 +42,7 @@ import sys
 import time
 
 from nagent_errors import EXIT_CODES, ExitSignal, InputError, NagentError, UsageError
-from nagent_secrets import make_undumpable
+from nagent_secrets import SHELL_ACTION_VAR, make_undumpable
 from nagent_secrets import redact as redact_values
 
 
@@ -166,6 +169,13 @@ def current_cwd():
     except FileNotFoundError:
         raise InputError("the current directory no longer exists", os.environ.get("PWD", "?"),
                          "cd to an existing directory")
+
+
+def refuse_in_shell_action(tool, use, environ=None):
+    environ = os.environ if environ is None else environ
+    if environ.get(SHELL_ACTION_VAR):
+        raise UsageError(f"{tool} does not run inside a nagent shell action", use,
+                         "reply with that tag instead: nagent runs it with the session's key")
 
 
 def spinner_allowed(environ):

@@ -7,7 +7,9 @@ the exit code. The prompt comes from nagent_cli.read_prompt. Flags that only mak
 together are checked first (`check_combinations`): --turn goes with --branch-conversation;
 --new (-n) goes with a prompt, never with --retry, a lifecycle flag or --file-edit. With --new,
 the selected conversation is archived (as --clear does) only after every check of the run has
-passed, right before the prompt runs.
+passed, right before the prompt runs. Inside a nagent shell action a prompt run and the
+commands that call a model are refused at once (nagent_cli.refuse_in_shell_action), naming the
+tags that do the same from the model's reply.
 A prompt run reports through the events sinks nagent_output chooses (live display, streamed
 answer, --events lines); an error raised after the settings are resolved carries `context`
 (provider, model, conversation) for the --json and --events error output of nagent_cli.run_main.
@@ -20,7 +22,7 @@ import os
 import sys
 
 from nagent_cli import (current_cwd, emit_json, load_settings, output_mode, read_prompt, redact,
-                        report_error)
+                        refuse_in_shell_action, report_error)
 from nagent_errors import EXIT_CODES, NagentError, UsageError
 
 
@@ -39,6 +41,11 @@ def check_combinations(chosen, options):
         if options.get("file_edit"):
             raise UsageError("--new does not apply to a per-file edit session", options["file_edit"],
                              "start one afresh with nagent-file-edit --file PATH --clear")
+
+
+NESTED_TAGS = ('<nagent-agent>task</nagent-agent> for a sub-task, <nagent-file-edit path="PATH">'
+               'instruction</nagent-file-edit> or <nagent-replace path="PATH"> for a file')
+MODEL_COMMANDS = ("summarize", "edit_conversation", "compact")
 
 
 def select_conversation(options, environ):
@@ -91,6 +98,7 @@ def run_prompt(options, typed=None, during=None, warn=True):
     around the loop (the session's reader of text typed meanwhile); `warn` False keeps config
     warnings already shown."""
     from nagent_session import build_session, check_conversation
+    refuse_in_shell_action("nagent", NESTED_TAGS)
     check_combinations([], options)
     mode = output_mode(options)
     if options.get("force"):
@@ -184,6 +192,8 @@ def redacted(value, secrets):
 
 def run_lifecycle(chosen, options):
     import nagent_lifecycle_commands as commands
+    if chosen and chosen[0] in MODEL_COMMANDS:
+        refuse_in_shell_action("nagent", NESTED_TAGS)
     check_combinations(chosen, options)
     if len(chosen) > 1:
         raise UsageError("choose one lifecycle flag at a time", ", ".join("--" + c.replace("_", "-")

@@ -111,18 +111,25 @@ way: change the approach, or explain the problem in <nagent-response>."""
 WRITE_RULES = {
     "main": """Write rules (main conversation):
 - <nagent-write> may write only under /tmp, /var/tmp or $TMPDIR, never into nagent's own ~/.nagent. A $TMPDIR that is your home, the working directory or one of their ancestors does not count.
-- Project files are changed only by running `nagent-file-edit --file PATH "instruction"` \
-through <nagent-shell>: a dedicated edit session for that one file. Never change project files \
-with <nagent-write> or with shell redirection, tee, sed -i or similar.""",
+- Change project files with <nagent-replace path="PATH"> for small exact changes (read the \
+file first and copy <old> exactly), or with <nagent-file-edit path="PATH">instruction\
+</nagent-file-edit> for a change that needs its own session: nagent runs both for you and \
+shows you the diff. Never change project files with <nagent-write>, with shell redirection, \
+tee, sed -i or similar, and never run nagent-file-edit or nagent from <nagent-shell> (it \
+fails there: no key).""",
     "file-edit": f"""Write rules (per-file edit session):
-- Change the target by replacing the WHOLE file: <nagent-write path="TARGET">the complete new \
-content</nagent-write>. Never write a fragment or a diff.
-- A target over {READ_LIMIT_KIB} KiB is edited through the split nagent made of it (its \
-segments are listed in the session facts or a <nagent-file-read> result): write whole segment \
-files, then merge them with <nagent-file-patch index="INDEX"/>. Only splits nagent made count: \
-an index.json grants nothing.
+- Change the target with <nagent-replace path="TARGET"> (exact old/new text, one or more \
+pairs; the cheapest edit, also for a target over {READ_LIMIT_KIB} KiB and for text that spans \
+two of its segments), or by replacing the WHOLE file: <nagent-write path="TARGET">the complete \
+new content</nagent-write>. Never write a fragment or a diff with <nagent-write>.
+- A target over {READ_LIMIT_KIB} KiB is read through the split nagent made of it (its \
+segments are listed in the session facts or a <nagent-file-read> result); prefer \
+<nagent-replace> on the target; a larger rewrite writes whole segment files, then merges them \
+with <nagent-file-patch index="INDEX"/>. Only splits nagent made count: an index.json grants \
+nothing.
 - Nothing else in the project may be written; scratch files go under /tmp, /var/tmp or \
-$TMPDIR. No shell redirection into project files, and no nagent-file-edit from here.
+$TMPDIR. No shell redirection into project files, and no nagent-file-edit or \
+<nagent-file-edit> from here.
 - When the change is done, answer with <nagent-response> describing it in a few lines.""",
 }
 

@@ -6,11 +6,18 @@ Data contract: `Display(stream, color, animate, pause_in_actions=False)` is an e
 nagent_action_view.one_line, and cut to the terminal width):
   ▸ shell  pytest -q tests/test_split.py        action_start
     ✓ exit 0 · 1.2 s · 34 lines                 action_end (✗ on failure or refusal)
+    ✎ src/foo.py +3 −1                          file_change (then, with `diffs`, its diff)
   ↻ retrying in 4 s (HTTP 429, attempt 2 of 4)  retry
   ! <note>                                      format corrections, notes, not-final answers
   ✉ message queued: <text>                      `message("queued", text)`: typed during a run
   ✉ message delivered: <text>                   prompt (source "inbox"): taken at a turn boundary
-  ● 3 model calls · 12k in (80% cached) · 1.2k out · $0.0123 · 14.2 s   run_end
+  ● 3 model calls · 12k in (80% cached) · 1.2k out · $0.0123 · 2 files changed, +4 −1 · 14.2 s
+                                                run_end (calls and tokens of nested nagents
+                                                are in the run's totals)
+A note's later lines (a response hook's output) follow it indented, at most NOTE_LINES.
+With `diffs` (stderr is a terminal) each file change is followed by its unified diff, at most
+DIFF_HEIGHT lines (then "… N more lines"), coloured by line (+ green, − red, @@ cyan) with
+`color`; the file's text is made safe (nagent_terminal_text.escape).
 With `animate` (stderr is a terminal and NAGENT_NO_SPINNER is unset) a status line below the
 log is redrawn every 0.1 s from a thread: "model call N · provider/model · 3.4 s · 12k in ·
 1.2k out" while waiting for the model, "shell · 2.1 s" while an action runs (not while a shell
@@ -37,14 +44,19 @@ import threading
 import time
 
 from nagent_action_view import human_count, one_line
-from nagent_terminal_text import cut
+from nagent_terminal_text import cut, escape
+
+MINUS = "\u2212"
+DIFF_HEIGHT = 24
+NOTE_LINES = 5
 
 FRAMES = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 TABLE_ROWS = 8
 TABLE_ACTION = 60          # columns of a child's current action in the table
 DRAFT_WIDTH = 40           # columns of typed text shown on the status line
 MESSAGE_WIDTH = 60         # columns of a message's text on its ✉ line
-COLORS = {"start": "36", "ok": "32", "fail": "31", "warn": "33", "dim": "2", "bold": "1"}
+COLORS = {"start": "36", "ok": "32", "fail": "31", "warn": "33", "dim": "2", "bold": "1",
+          "hunk": "36"}
 
 
 def terminal_width(stream, default=100):
@@ -55,10 +67,17 @@ def terminal_width(stream, default=100):
     return max(20, columns) if columns > 0 else default  # a new pty may say 0
 
 
-def summary_line(totals, seconds, child_calls=0):
-    """The closing line: model calls (sub-agents' included), input with cached share, output,
-    cost, wall time."""
-    calls = int(totals.get("model_calls") or 0) + child_calls
+def files_text(files, added, removed):
+    """"2 files changed, +4 −1" (empty when nothing changed)."""
+    if not files:
+        return ""
+    return f"{files} file{'s' if files != 1 else ''} changed, +{added} {MINUS}{removed}"
+
+
+def summary_line(totals, seconds, files=""):
+    """The closing line: model calls (nested nagents' included), input with cached share, output,
+    cost, the files changed, wall time."""
+    calls = int(totals.get("model_calls") or 0)
     inputs = int(totals.get("input_tokens") or 0)
     cached = int(totals.get("cache_read_tokens") or 0)
     share = f" ({cached / inputs:.0%} cached)" if inputs else ""
@@ -67,7 +86,7 @@ def summary_line(totals, seconds, child_calls=0):
     estimated = " (estimated)" if totals.get("estimated") else ""
     return (f"{calls} model call{'s' if calls != 1 else ''} · {human_count(inputs)} in{share} · "
             f"{human_count(int(totals.get('output_tokens') or 0))} out{estimated} · {money} · "
-            f"{seconds:.1f} s")
+            + (f"{files} · " if files else "") + f"{seconds:.1f} s")
 
 
 def retry_line(event):
@@ -81,7 +100,7 @@ class Display:
     wants_deltas = False
 
     def __init__(self, stream, color=False, animate=False, pause_in_actions=False,
-                 clock=time.monotonic, cursor=False):
+                 clock=time.monotonic, cursor=False, diffs=False):
         self.stream, self.color, self.animate, self.cursor = stream, color, animate, cursor
         self.agents = []           # [(index, conversation, action, started)] of running children
         self.table_drawn = 0       # table lines on screen above the status line
@@ -95,7 +114,8 @@ class Display:
         self.model = ""
         self.totals = {"input_tokens": 0, "output_tokens": 0}
         self.open_actions = 0      # actions started and not yet ended
-        self.child_calls = 0       # model calls of sub-agents (their totals are in the run's)
+        self.diffs = diffs         # show each file change's diff (stderr is a terminal)
+        self.changed = {}          # path -> (added, removed) of the files this run changed
         self.started = clock()
         self.before_line = None    # called before a line is written (ends an open stdout line)
         self.draft = ""            # text typed during the run, not sent yet
@@ -137,7 +157,7 @@ class Display:
         width = terminal_width(self.stream) - 1
         if self.draft:
             typed = one_line(self.draft[-DRAFT_WIDTH:], 4 * DRAFT_WIDTH)[-DRAFT_WIDTH:]
-            return cut(text, max(0, width - len(typed) - 5)) + " │ ✎ " + typed
+            return cut(text, max(0, width - len(typed) - 5)) + " │ ⌨ " + typed
         return cut(text, width)
 
     def _draw(self):
@@ -177,7 +197,10 @@ class Display:
             self.stream.flush()
 
     def note(self, text):
-        self.line("! " + one_line(text, 400), "warn")
+        first, *rest = text.split("\n")
+        self.line("! " + one_line(first, 400), "warn")
+        for line in [line for line in rest if line.strip()][:NOTE_LINES]:
+            self.line(one_line(line, 400), indent="    ")
 
     def pause(self):
         with self.lock:
@@ -261,11 +284,26 @@ class Display:
 
     def on_action_end(self, event):
         self.open_actions = max(0, self.open_actions - 1)
-        self.child_calls += int(event.get("calls") or 0) if event["kind"] == "agent" else 0
         mark, role = ("✓", "ok") if event["ok"] else ("✗", "fail")
         if not self.agents:   # in a batch the status line stays while its children run
             self._set_status(None)
         self.line(f"{mark} {event['outcome']}", role, indent="  ")
+
+    def on_file_change(self, event):
+        added, removed = int(event.get("added") or 0), int(event.get("removed") or 0)
+        before = self.changed.get(event["path"], (0, 0))
+        self.changed[event["path"]] = (before[0] + added, before[1] + removed)
+        self.line(f"✎ {one_line(str(event['path']), 200)} +{added} {MINUS}{removed}", "bold",
+                  indent="  ")
+        if not self.diffs:
+            return
+        lines = [line for line in str(event.get("diff") or "").split("\n")
+                 if line and not line.startswith(("--- ", "+++ "))]
+        for line in lines[:DIFF_HEIGHT]:
+            role = {"+": "ok", "-": "fail", "@": "hunk", "[": "dim"}.get(line[:1])
+            self.line(escape(line.replace("\t", "    ")), role, indent="    ")
+        if len(lines) > DIFF_HEIGHT:
+            self.line(f"… {len(lines) - DIFF_HEIGHT} more lines", "dim", indent="    ")
 
     def on_agents(self, event):
         rows = event.get("running") or []
@@ -302,9 +340,10 @@ class Display:
     def on_run_end(self, event):
         self._set_status(None)
         totals = event.get("totals") or {}
-        if totals.get("model_calls") or event.get("calls"):
-            self.line("● " + summary_line(totals, self.clock() - self.started, self.child_calls),
-                      "bold")
+        if totals.get("model_calls") or event.get("calls") or self.changed:
+            files = files_text(len(self.changed), sum(a for a, _ in self.changed.values()),
+                               sum(r for _, r in self.changed.values()))
+            self.line("● " + summary_line(totals, self.clock() - self.started, files), "bold")
 
     def close(self):
         if self._thread is not None:

@@ -13,8 +13,10 @@ Data contract
   stream model calls.
 * `JsonLines(stream, deltas=True)` writes each event as one JSON object on one line, flushed at once (the
   `--events` output); `event_line(event)` is that line.
-* `ActionLog()` keeps what `--json` reports: provider and model (from run_start) and one entry
-  per finished action: {kind, summary, ok, outcome}.
+* `ActionLog()` keeps what `--json` reports: provider and model (from run_start), one entry
+  per finished action: {kind, summary, ok, outcome}, and `changed_files`: one entry per file a
+  file_change event named, in the order first changed: {path, added, removed, changes} (the
+  counts summed over its changes).
 The loop and the run emit; display, JSON lines and the stdout printer only consume.
 """
 import json
@@ -33,6 +35,8 @@ EVENT_FIELDS = {
     "action_start": ("index", "kind", "summary"),
     "action_end": ("index", "kind", "summary", "ok", "outcome", "seconds"),
     "agents": ("running", "total"),
+    "file_change": ("index", "path", "added", "removed", "diff", "truncated", "sha256_before",
+                    "sha256_after"),
     "response": ("text", "valid", "accepted"),
     "error": ("error", "value", "fix", "kind", "exit_code"),
     "run_end": ("exit_code", "calls", "totals", "conversation"),
@@ -89,6 +93,7 @@ class ActionLog:
     def __init__(self, provider=None, model=None):
         self.provider, self.model = provider, model
         self.actions = []
+        self.files = {}
 
     def handle(self, event):
         kind = event["type"]
@@ -97,6 +102,13 @@ class ActionLog:
         elif kind == "action_end":
             self.actions.append({"kind": event["kind"], "summary": event["summary"],
                                  "ok": event["ok"], "outcome": event["outcome"]})
+        elif kind == "file_change":
+            entry = self.files.setdefault(event["path"], {"path": event["path"], "added": 0,
+                                                          "removed": 0, "changes": 0})
+            entry["added"] += event["added"]
+            entry["removed"] += event["removed"]
+            entry["changes"] += 1
 
     def as_dict(self):
-        return {"provider": self.provider, "model": self.model, "actions": list(self.actions)}
+        return {"provider": self.provider, "model": self.model, "actions": list(self.actions),
+                "changed_files": list(self.files.values())}

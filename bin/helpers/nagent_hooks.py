@@ -22,21 +22,25 @@ Data contract:
   `describe()` says how it ended ("exit 1", "timed out after 5 s", "killed by signal 9").
   `record()` -> (body, attrs) of the conversation's "hook" record (bookkeeping, never sent).
 - `gate_response(run, text)` -> None when the final response `text` may be printed (no gate, a
-  delegated run, or the hook accepted); else a Gate(stop): the hook refused, its output went
-  back to the model as a <system> note, and `stop` is a GateRefused once `max_gate_refusals`
-  refusals were counted in this run (`run.gate_refusals`), else None (the loop continues).
+  delegated run, or the hook accepted); else a Gate(stop, hook_run): the hook refused, its
+  output went back to the model as a <system> note, and `stop` is a GateRefused once
+  `max_gate_refusals` refusals were counted in this run (`run.gate_refusals`), else None (the
+  loop continues). `refusal_view(hook_run)` is what the live view says about it: how the hook
+  ended, then the first lines of its output.
 - `action_payload(action, ctx)` -> the JSON object an action hook reads on stdin: kind, mode
   (the session's write mode: main or file-edit), cwd, conversation, and per kind `path` (and
-  `resolved_path`) for read, file-read, write and file-patch (its index), `content` for write,
+  `resolved_path`) for read, file-read, write, file-patch (its index), replace and file-edit,
+  `content` for write, `pairs` ([{old, new}]) for replace, `instruction` for file-edit,
   `command` for shell, `task` for agent. `check_action(action, ctx)` -> HookRun, or None when no
   action hook is configured or the action is a <nagent-next>.
 """
 from collections import namedtuple
 
 OUTPUT_CAP = 16 * 1024
-HOOKED_ACTIONS = ("read", "file-read", "file-patch", "write", "shell", "agent")
+HOOKED_ACTIONS = ("read", "file-read", "file-patch", "write", "shell", "agent", "replace",
+                  "file-edit")
 
-Gate = namedtuple("Gate", "stop")
+Gate = namedtuple("Gate", "stop hook_run")
 
 
 def response_gated(settings):
@@ -153,6 +157,12 @@ def refusal_note(hook_run):
             "Address this, then give your final <nagent-response> again.</system>")
 
 
+def refusal_view(hook_run, lines=5):
+    output = [line for line in hook_run.output().splitlines() if line.strip()]
+    return "\n".join([f"the response hook did not accept the answer ({hook_run.describe()})"]
+                     + output[:lines])
+
+
 def gate_response(run, text):
     from nagent_errors import GateRefused
     session = run.session
@@ -170,11 +180,11 @@ def gate_response(run, text):
     run.append("system", refusal_note(hook_run), {"gate": "refused"})
     limit = settings.hooks.max_gate_refusals
     if run.gate_refusals < limit:
-        return Gate(None)
+        return Gate(None, hook_run)
     return Gate(GateRefused("the response hook refused the final response",
                             f"{run.gate_refusals} times (max_gate_refusals {limit})",
                             f"the last response is printed as not accepted; the hook runs are "
-                            f"recorded in {session.path}"))
+                            f"recorded in {session.path}"), hook_run)
 
 
 # -- the action hook --------------------------------------------------------------------------
@@ -184,11 +194,17 @@ def action_payload(action, ctx):
     payload = {"kind": action.kind, "mode": getattr(ctx.write_mode, "kind", "main"),
                "cwd": ctx.cwd, "conversation": ctx.conversation}
     raw = action.attr("index" if action.kind == "file-patch" else "path")
-    if action.kind in ("read", "file-read", "write", "file-patch"):
+    if action.kind in ("read", "file-read", "write", "file-patch", "replace", "file-edit"):
         payload["path"] = raw or ""
         payload["resolved_path"] = os.path.normpath(os.path.join(ctx.cwd, raw or ""))
     if action.kind == "write":
         payload["content"] = action.body
+    elif action.kind == "replace":
+        # Here, not at the top: nagent_stream asks this module before the first request.
+        from nagent_replace import parse_pairs
+        payload["pairs"] = [{"old": old, "new": new} for old, new in parse_pairs(action.body)]
+    elif action.kind == "file-edit":
+        payload["instruction"] = action.body.strip()
     elif action.kind == "shell":
         payload["command"] = action.body
     elif action.kind == "agent":

@@ -35,6 +35,7 @@ TOOLS = {
     "nagent-file-edit": "nagent_main_file_edit",
     "nagent-file-summarize": "nagent_main_file_summarize",
     "nagent-mcp": "nagent_main_mcp",
+    "nagent-batch": "nagent_main_batch",
 }
 
 HELPERS_DIR = os.path.dirname(os.path.realpath(__file__))

@@ -358,15 +358,18 @@ def _loop(run, prompt, source):
                 run.emit("note", text=note)
         if not actions:
             final = _protocol().clean_user_output(responses[-1].body) if responses else ""
-            from nagent_hooks import gate_response  # needed once an answer is in
+            from nagent_hooks import gate_response, refusal_view  # needed once an answer is in
             gate = gate_response(run, final)  # the response hook, when one is configured
             if gate is None:
                 return answered(run, final, EXIT_CODES["ok"])
+            view = run.redact(refusal_view(gate.hook_run))
             if gate.stop:
+                run.emit("note", text=view)
                 done = replace(failed(run, gate.stop), response=run.redact(final), accepted=False)
                 run.emit("response", text=done.response, valid=True, accepted=False)
                 return done
-            run.emit("note", text="the response hook did not accept the answer; asking again")
+            first, _, rest = view.partition("\n")
+            run.emit("note", text=f"{first}; asking again\n{rest}".rstrip("\n"))
             continue
         repeated = repeated_too_often(run, actions, limits.repeat_limit)
         if repeated and run.recent_actions[-1][1] > limits.repeat_limit:

@@ -1,10 +1,13 @@
 """Running one valid reply's actions inside a run: in reply order, consecutive <nagent-agent>
-tags as one concurrent batch, each result recorded and announced.
+tags (or consecutive <nagent-file-edit> tags) as one concurrent batch, each result recorded and
+announced.
 
 Data contract: `process_tags(run, actions)` runs `actions` (parsed, non-response) for the Run
 `run` (nagent_run): each action is announced (action_start), run through nagent_actions, its
-outcome announced (action_end) and recorded (hook record, result, continuation prompt, a
-child's totals folded in, a cut-off child remembered); a batch of agents runs concurrently
+outcome announced (action_end, then one file_change event per file it changed outside the temp
+roots: path, added, removed, the diff cut at EVENT_DIFF_LINES lines with a note, `truncated`,
+sha256 before and after) and recorded (hook record, result, continuation prompt, a nested
+nagent's totals folded in, a cut-off child remembered); a batch runs concurrently
 (nagent_actions.process_agents), is a barrier for what follows, appends results in tag order
 and emits "agents" events while its children run. `repeated_too_often(run, actions, limit)`
 is the repeated-action guard's count (run.recent_actions). Nothing here prints.
@@ -12,7 +15,11 @@ is the repeated-action guard's count (run.recent_actions). Nothing here prints.
 import time
 
 from nagent_accounting import add_child
+from nagent_file_change import capped
 from nagent_run_presence import progress
+
+EVENT_DIFF_LINES, EVENT_DIFF_BYTES = 2000, 256 * 1024
+BATCHED = ("agent", "file-edit")
 
 
 def action_key(action):
@@ -46,10 +53,10 @@ def record_outcome(run, action, outcome):
 
 
 def action_groups(actions):
-    """The reply's actions in order, consecutive <nagent-agent> tags as one batch."""
+    """The reply's actions in order, consecutive agents (or file-edits) as one batch."""
     groups = []
     for action in actions:
-        if action.kind == "agent" and groups and groups[-1][0].kind == "agent":
+        if action.kind in BATCHED and groups and groups[-1][0].kind == action.kind:
             groups[-1].append(action)
         else:
             groups.append([action])
@@ -70,6 +77,11 @@ def end_action(run, action, start, outcome, seconds):
     view = action_result(action, outcome, seconds)
     view["outcome"] = run.redact(view["outcome"])
     run.emit("action_end", index=start[0], kind=action.kind, summary=start[1], **view)
+    for change in outcome.changes:
+        diff, cut = capped(change.diff, EVENT_DIFF_LINES, EVENT_DIFF_BYTES)
+        run.emit("file_change", index=start[0], path=change.shown, added=change.added,
+                 removed=change.removed, diff=run.redact(diff), truncated=cut,
+                 sha256_before=change.sha256_before, sha256_after=change.sha256_after)
 
 
 def process_tags(run, actions):
@@ -78,7 +90,7 @@ def process_tags(run, actions):
     from nagent_actions import process_action
     ctx = run.session.action_context
     for group in action_groups(actions):
-        if group[0].kind == "agent":
+        if group[0].kind in BATCHED:
             run_batch(run, group, ctx)
             continue
         action = group[0]
@@ -91,13 +103,14 @@ def process_tags(run, actions):
 
 
 def run_batch(run, group, ctx):
-    """Consecutive agents, concurrently (nagent_actions.process_agents): each announced in tag
-    order, each result appended and announced in tag order; while they run, an "agents" event
-    whenever the running children or what they do changes (the display's table of children)."""
+    """Consecutive agents (or file-edits), concurrently (nagent_actions.process_agents): each
+    announced in tag order, each result appended and announced in tag order; while they run, an
+    "agents" event whenever the running children or what they do changes (the display's table
+    of children)."""
     from nagent_actions import process_agents
     began = time.monotonic()
     starts = [start_action(run, action) for action in group]
-    progress(run, f"agents: {len(group)}")
+    progress(run, f"{group[0].kind}s: {len(group)}")
     shown = []
 
     def ready(position, outcome):
@@ -105,7 +118,7 @@ def run_batch(run, group, ctx):
         record_outcome(run, group[position], outcome)
 
     def watch(views):
-        progress(run, f"agents: {len(views)} of {len(group)} running")
+        progress(run, f"{group[0].kind}s: {len(views)} of {len(group)} running")
         rows = [{"index": starts[view["index"]][0], "conversation": view["name"], "pid": view["pid"],
                  "action": run.redact(view["action"]) if view["action"] else None,
                  "elapsed": view["elapsed"], "calls": view["calls"]} for view in views]

@@ -8,14 +8,15 @@ Data contract
   --json), `display` and `printer` (or None), and `shown(text)`: the answer as stdout may print
   it (nagent_terminal_text.shown_on). The rules:
   - display (stderr): unless -q; when stderr is a terminal, or with -v. It animates a status
-    line only on a terminal without NAGENT_NO_SPINNER, and colours only on a terminal when
-    NO_COLOR is unset or empty and TERM is not "dumb";
+    line only on a terminal without NAGENT_NO_SPINNER, colours only on a terminal when
+    NO_COLOR is unset or empty and TERM is not "dumb", and shows the diff of each file change
+    only on a terminal;
   - printer (the final answer streamed to stdout): in text mode when streaming is on (--stream,
     or stdout is a terminal unless --no-stream) and nagent_stream.stream_allowed(settings);
   - JSON lines (stdout) in events mode, with reply deltas unless a response hook gates the
     answer; stdout carries nothing else then.
 * `outcome_document(data, log)` is the --json object of a run: the outcome plus provider, model
-  and actions. `error_document(error, context)` is the same shape for a run that ended with an
+  actions and changed_files. `error_document(error, context)` is the same shape for a run that ended with an
   error outside the loop (usage, config, setup, busy ...): response null, exit_code, error
   {error, value, fix, kind, exit_code}, and provider, model and conversation when known.
 """
@@ -57,7 +58,7 @@ def choose_output(options, settings, stdout, stderr, environ):
         animate = on_terminal and spinner_allowed(environ)
         display = Display(stderr, color=color, animate=animate,
                           pause_in_actions=settings.shell.approval == "confirm",
-                          cursor=on_terminal and environ.get("TERM") != "dumb")
+                          cursor=on_terminal and environ.get("TERM") != "dumb", diffs=on_terminal)
         sinks.append(display)
     wanted, terminal = options.get("stream"), _isatty(stdout)
     if mode == "text" and (terminal if wanted is None else wanted):
@@ -88,4 +89,5 @@ def error_document(error, context=None):
     return {"response": None, "valid": True, "exit_code": error.exit_code,
             "conversation": context.get("conversation"), "model_calls": 0, "totals": None,
             "conversation_totals": None, "error": error.as_dict(),
-            "provider": context.get("provider"), "model": context.get("model"), "actions": []}
+            "provider": context.get("provider"), "model": context.get("model"), "actions": [],
+            "changed_files": []}

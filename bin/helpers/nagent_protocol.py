@@ -19,6 +19,8 @@ Data contract:
   after generated text); the parser cuts it there.
 - Parse.truncated: invalid only because the reply ends inside a tag, body or fence (a reply cut
   by the output limit may be continued only then, or when valid).
+- A <nagent-replace> body must be old/new pairs (nagent_replace.parse_pairs, the one rule);
+  anything else makes the reply invalid, naming the pair.
 - Exact consecutive duplicate actions collapse into one; duplicates_dropped counts them.
 - Scanning is str.find/anchored-match driven, so time is linear in the reply length.
 - Helpers importable from here: grammar_text; from nagent_protocol_blocks (what the driver
@@ -33,16 +35,19 @@ from nagent_protocol_blocks import (STOP_SEQUENCES, correction_text, escape_attr
                                     result_block, stop_block, unescape_attr)
 from nagent_protocol_text import (FENCE_OPEN, clean_user_output, drop_leading_newline,  # noqa: F401
                                   drop_trailing_newline, kept_reply, trim_partial_tag)
+from nagent_replace import parse_pairs
 from nagent_terminal_text import escape
 
-ACTION_TAGS = ("response", "read", "file-read", "file-patch", "write", "shell", "next", "agent")
+ACTION_TAGS = ("response", "read", "file-read", "file-patch", "write", "replace", "file-edit",
+               "shell", "next", "agent")
 RESULT_TAGS = ("read-result", "file-read-result", "file-patch-result", "write-result",
-               "shell-result", "agent-result", "system")
+               "shell-result", "agent-result", "replace-result", "file-edit-result", "system")
 # Every attribute a tag takes is required; tags not listed take none.
-TAG_ATTRS = {"read": ("path",), "file-read": ("path",), "file-patch": ("index",), "write": ("path",)}
+TAG_ATTRS = {"read": ("path",), "file-read": ("path",), "file-patch": ("index",), "write": ("path",),
+             "replace": ("path",), "file-edit": ("path",)}
 SELF_CLOSING = ("read", "file-read", "file-patch")
-NEWLINE_TRIMMED = ("response", "shell", "next", "agent")
-NEEDS_BODY = ("shell", "next", "agent")
+NEWLINE_TRIMMED = ("response", "shell", "next", "agent", "file-edit")
+NEEDS_BODY = ("shell", "next", "agent", "file-edit")   # replace: nagent_replace checks its pairs
 THINKING_TAGS = ("think", "thinking")
 
 _WS = re.compile(r"[\s\ufeff]*")
@@ -52,7 +57,8 @@ _CUT = re.compile(r"^[ \t]*<(nagent-[A-Za-z0-9_-]*-result|system)(?=[\s>/]|\Z)",
 _CUT_FIRST = re.compile(r"[ \t]*<(nagent-[A-Za-z0-9_-]*-result|system)(?=[\s>/]|\Z)")
 _CUT_LATER = re.compile(r"\n[ \t]*<(nagent-[A-Za-z0-9_-]*-result|system)(?=[\s>/]|\Z)")
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.:-]*")
-_BODY_OPEN = re.compile(r"<nagent-(response|write|shell|next|agent)(?=[\s>/]|\Z)")
+_BODY_OPEN = re.compile(
+    r"<nagent-(response|write|shell|next|agent|replace|file-edit)(?=[\s>/]|\Z)")
 # The common shape (no attribute or one plain double-quoted one) skips the general loop.
 _OPEN_FAST = re.compile(r'(?:[ \t]+([A-Za-z_][A-Za-z0-9_.:-]*)="([^"&\n]*)")?[ \t]*(/?)>')
 _FENCE_CLOSE = re.compile(r"`{3,}[ \t\r]*(?:\n|\Z)")
@@ -288,6 +294,11 @@ def _action(text, tag_at, kind, pos):
         body = drop_trailing_newline(drop_leading_newline(body))
     else:
         body = drop_leading_newline(body)
+    if kind == "replace":
+        try:
+            parse_pairs(body)
+        except ValueError as problem:
+            raise _bad(text, kind, tag_at, str(problem)) from None
     if kind in NEEDS_BODY:
         again = _find_open(text, f"<nagent-{kind}", tag_end, end)
         if again >= 0:

@@ -25,6 +25,17 @@ first line
 second line
 </nagent-write>
     Write the body to a file the write rules allow.
+<nagent-replace path="src/calc.py">
+<old>    return a - b</old>
+<new>    return a + b</new>
+</nagent-replace>
+    Replace exact text in a file: each <old> must occur exactly once in the file, and all
+    pairs (one or more <old>...</old><new>...</new>) apply or none does.
+<nagent-file-edit path="src/calc.py">
+Add input validation to every public function.
+</nagent-file-edit>
+    A change that needs its own session: a per-file edit session on that one file does it and
+    answers; you get its answer and the diff.
 <nagent-shell>python3 -m unittest discover -s tests</nagent-shell>
     Run shell commands; you get the exit code, stdout and stderr.
 <nagent-next>Run the tests again and compare with the last run.</nagent-next>
@@ -39,15 +50,17 @@ The tests pass and the README documents the new flag.
     Your final answer to the user (or to the parent agent).
 
 Rules:
-- These eight tags are the whole language; tag names are exact and lower-case.
-- read, file-read and file-patch are self-closing and take exactly the attribute shown; write
-  takes only path; shell, next, agent and response take no attributes.
+- These ten tags are the whole language; tag names are exact and lower-case.
+- read, file-read and file-patch are self-closing and take exactly the attribute shown; write,
+  replace and file-edit take only path; shell, next, agent and response take no attributes.
 - Attribute values go in double quotes; write &quot; for ", &amp; for &, &lt; for < and &gt; for >.
 - A body runs verbatim up to the first matching closing tag, so it cannot contain its own closing
   tag; other tags inside a body are plain text.
 - One newline right after the opening tag and one right before the closing tag are ignored. A write
   body is written exactly as given except the newline right after the opening tag, so
   <nagent-write path="/tmp/a">(newline)abc(newline)</nagent-write> writes "abc" and a newline.
+- In <nagent-replace>, <old> and <new> are taken exactly, every space and newline between
+  <old> and </old> included: copy <old> from the file, with enough lines to match once.
 - Several actions in one reply run in order. Then stop: the driver appends their results and calls
   you again. Send <nagent-response> on its own once the work is done.
 - Never write a result block or <system> yourself. A line that starts with one ends your reply
@@ -68,5 +81,12 @@ exit_code: 0
 output:
 ...
 </nagent-agent-result>
+<nagent-replace-result path="..." status="ok">replaced 1 pair in ... (+1 −1), a diff</nagent-replace-result>
+<nagent-file-edit-result path="..." conversation="..." tokens_in="..." tokens_out="...">
+exit_code: 0
+answer:
+...
+diff: ...
+</nagent-file-edit-result>
 <system>...</system> carries driver notes and format corrections.
 """

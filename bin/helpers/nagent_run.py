@@ -5,12 +5,14 @@ ConversationWriter that owns the conversation file while the lock is held, this 
 the conversation's token totals (the latter continued from the file's last "stats" record),
 the window chain, the number of model calls made and of user prompts in the conversation, and
 one provider client for the whole run.
-Everything durable goes through `append`, which redacts the session's secrets first; every
-model call, whoever makes it, is announced with `call_started(purpose)` and counted with
+Everything durable goes through `append`, which redacts the session's secrets first; every model
+call, whoever makes it, is announced with `call_started(purpose)` and counted with
 `count_call(result, purpose)`, which appends a "stats" record (its one-line format is
-nagent_stats_format's). `events` (nagent_events.Events; quiet by default) receives what the run
-reports as it goes, through `emit`; `DeltaRedactor` passes streamed text on with the session's
-secrets blanked, holding back a tail that may be the start of one.
+nagent_stats_format's); `call_number` counts the calls the run made itself, while its totals also
+count the calls of nested nagents, which the actions fold in. `events` (nagent_events.Events;
+quiet by default) receives what the run reports as it goes, through `emit`; `DeltaRedactor` passes
+streamed text on with the session's secrets blanked, holding back a tail that may be the start of
+one.
 It sits below nagent_loop and nagent_window so both (and nagent_compact) use it without
 importing each other.
 """
@@ -45,7 +47,8 @@ class Run:
         self.windows = window_chain(previous)
         # A new window carries every user prompt, so the current file holds them all.
         self.prompts = sum(1 for record in records if is_user_prompt(record))
-        self.calls = 0
+        self.calls = 0          # model calls of the loop itself (max_calls counts these)
+        self.call_number = 0    # every call this run made itself, checkpoints included
         self.recent_actions = []
         self.gate_refusals = 0  # final responses the response hook refused in this run
         self.client = None  # one provider client for the whole run (see nagent_llm.make_client)
@@ -77,7 +80,8 @@ class Run:
 
     def call_started(self, purpose):
         """Announce a model call (reply, continuation, summary, checkpoint); its number."""
-        number = self.run_stats.model_calls + 1
+        self.call_number += 1
+        number = self.call_number
         settings = self.session.settings
         self.emit("model_call_start", call=number, purpose=purpose, provider=settings.provider.name,
                   model=settings.model)
@@ -89,7 +93,7 @@ class Run:
         self.conv_stats = add_result(self.conv_stats, result, prices)
         self.record_stats(result)
         cost = call_cost(result, prices)
-        self.emit("model_call_end", call=self.run_stats.model_calls, purpose=purpose,
+        self.emit("model_call_end", call=self.call_number, purpose=purpose,
                   provider=result.provider, model=result.model, finish=result.finish_reason,
                   elapsed=result.elapsed, attempts=result.attempts, streamed=result.streamed,
                   first_text=result.first_text,

@@ -10,7 +10,8 @@ Data contract
 * `progress(run, action)`: records what the run does now (a one-line `action` such as "model
   call 3", "shell: pytest -q" (the kind and the action's one-line summary,
   nagent_action_view.action_summary), "agents: 2 of 3 running", or None; cut at ACTION_WIDTH
-  columns) and its token totals and call count so far in its run file; rewritten only when
+  columns) and its token totals and call count so far (nested nagents' that ended included) in
+  its run file; rewritten only when
   something changed.
 * `deliver_inbox(run) -> int`: at a turn boundary (the loop calls it before each model call,
   never during a call or an action), every message waiting in the conversation's inbox
@@ -54,7 +55,7 @@ def progress(run, action):
         action = action if len(action) <= ACTION_WIDTH else action[:ACTION_WIDTH - 1] + "…"
     instance.update(action=action,
                     tokens={"input": stats.input_tokens, "output": stats.output_tokens},
-                    calls=run.calls)
+                    calls=stats.model_calls)
 
 
 def deliver_inbox(run):

@@ -33,6 +33,10 @@ Data contract:
   file). The user's other tokens (GITHUB_TOKEN ...) stay, for the tools that need them; their
   values are still redacted from what comes back. The bwrap sandbox passes an allowlist instead
   (nagent_sandbox.sandbox_env) and asks `withheld_names` for the same key names.
+- `SHELL_ACTION_VAR` ("NAGENT_SHELL_ACTION") is set to "1" for every <nagent-shell> command,
+  sandboxed or not (nagent_shell): nagent's model-calling tools started from one (`nagent`,
+  `nagent-file-edit`) refuse at once, naming the tag the model should use instead (they would
+  fail anyway: no key). A person's terminal never has it.
 - `withheld_names(secret_names)` -> frozenset of the upper-cased key variable names no child
   receives.
   This module reads no config (nagent_config imports it); `nagent_config.known_secrets` and
@@ -52,6 +56,7 @@ SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "COOKIE", "CREDENTIAL",
                 "APIKEY", "AUTHORIZATION")
 SECRET_SUFFIXES = ("_KEY", "_AUTH", "_PWD") + SECRET_WORDS
 KEY_SUFFIX = "_API_KEY"
+SHELL_ACTION_VAR = "NAGENT_SHELL_ACTION"
 MIN_SECRET_LEN = 6
 REDACTED = "[redacted]"
 PR_SET_DUMPABLE = 4

@@ -141,21 +141,23 @@ def shell_environ(environ):
     return env
 
 
-def build_session(options, environ, cwd, settings=None):
+def build_session(options, environ, cwd, settings=None, needs_model=True):
     """The session for `options`. `settings` is the command's resolved Settings (resolved here
-    from the options' flags when None)."""
+    from the options' flags when None). `needs_model` False (a replace that calls no model)
+    checks neither the key nor the SDK, and prepares no sandbox (it runs no shell)."""
     from nagent_cli import provider_overrides
     # Checks first, cheapest and most specific first, and nothing written until all pass:
     # names and files, then settings, then the key and the SDK.
     check_conversation(options, environ)
     if settings is None:
         settings = resolve_settings(provider_overrides(options), environ)
-    api_key_for(settings)
-    require_sdk(settings.provider)
+    if needs_model:
+        api_key_for(settings)
+        require_sdk(settings.provider)
     run_environ, sandboxed = shell_environ(environ), settings.shell.sandbox == "bwrap"
     policy = cache(partial(shell_policy, settings))
     warnings = ()
-    if sandboxed:
+    if sandboxed and needs_model:
         import nagent_sandbox  # an unsandboxed run needs none of it before its first action
         # A sandbox that cannot start (exit 4) or cannot protect nagent's own files (exit 10)
         # stops the run here, before any model call, rather than failing every shell action.

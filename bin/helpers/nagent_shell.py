@@ -12,7 +12,8 @@ Data contract:
   The command text is written to a 0600 script file in `side_dir` and run as
   `/bin/bash FILE` (or /bin/sh) in its own session, stdin closed. Unsandboxed it gets
   nagent_secrets.scrubbed_env (everything but keys and NAGENT_* internals); sandboxed, only the
-  allowlist of nagent_sandbox.sandbox_env, inside nagent_sandbox.bwrap_command.
+  allowlist of nagent_sandbox.sandbox_env, inside nagent_sandbox.bwrap_command; both plus
+  nagent_secrets.SHELL_ACTION_VAR=1.
   Approval (confirm) asks through nagent_approval.ask_on_tty.
   Streams go to temp files in `side_dir`; a stream larger than the cap (or binary) is kept
   whole as `shell-{stamp}-{n}.stdout|.stderr` there and only head + tail are returned.
@@ -37,7 +38,7 @@ from nagent_approval import ask_on_tty
 from nagent_errors import ConfigError, InputError, SetupError
 from nagent_procs import end_group, wait
 from nagent_sandbox import bwrap_command, sandbox_env, shell_path
-from nagent_secrets import scrubbed_env
+from nagent_secrets import SHELL_ACTION_VAR, scrubbed_env
 
 APPROVALS = ("auto", "confirm", "deny")
 SANDBOXES = ("none", "bwrap")
@@ -198,6 +199,7 @@ def run_shell(command, cwd, policy, side_dir, environ=None, confirm=None, secret
             env = sandbox_env(environ, policy, secret_names)
         else:
             argv, env = [shell_path(), script], scrubbed_env(environ, secret_names)
+        env[SHELL_ACTION_VAR] = "1"   # nagent and nagent-file-edit in here name the tag instead
         reason = _refusal(command, policy, confirm)
         if reason:
             return _refused_outcome(reason, policy)

@@ -3,7 +3,8 @@
 Data contract:
 - `WriteMode(kind, target, target_id, segments)` is plain frozen data. kind "main" (the main
   conversation) may write only inside the temp roots. kind "file-edit" may also write the target
-  file (by its realpath), the same file after a rename (an existing path whose "dev:inode",
+  file (`target` is its realpath as recorded when the session started, compared as it is, never
+  resolved again), the same file after a rename (an existing path whose "dev:inode",
   nagent_fs.file_id, equals target_id and whose link count is 1, while the target path itself no
   longer exists), and the realpaths in `segments`: the segment files of splits of the target
   that nagent itself made, as its split registry records them
@@ -25,12 +26,24 @@ Data contract:
   path itself (another link would alias a file we were not asked to write).
 - `validate_patch_source(source, mode, environ, cwd)` -> same rules for the file a split patch
   will replace (main: temp roots; file-edit: the target or temp, never a segment).
+- `edit_target(path, cwd, roots, environ, excluded=())` -> the realpath of a file the main
+  conversation may hand to a per-file edit session (<nagent-file-edit>, a <nagent-replace> of a
+  project file), which the driver runs outside any shell sandbox. Links and `..` are resolved
+  first (a final symlink too: the session edits the file it names); the file must exist, be a
+  regular file (never opened here: a FIFO cannot block), lie inside one of `roots` (the caller
+  passes the working directory, the project root and the temp roots), outside every `excluded`
+  tree (the repository's git directory: its hooks and config run later as the user) and outside
+  nagent's own state. Else RefusedError("not an edit target", path, reason).
 - `write_file_atomic(path, data, mode, cwd, environ)` -> {path, bytes, created}. It validates, then
   walks from "/" with O_DIRECTORY|O_NOFOLLOW directory fds (creating missing parents 0700 only inside
   a temp root), re-checks the opened parent's real path, re-checks the final entry through the dir
   fd, writes a temp file in that directory, fsyncs, keeps the old permission bits, and os.replace()s
   it into place relative to the dir fd, so a hardlink or symlink swapped in at the destination is
   replaced rather than written through. Filesystem failures raise InputError("write failed", ...).
+  `expect_sha256` (a replace computed from the bytes it read): right before the rename the
+  file in place is hashed through the same dir fd, and anything else there (changed meanwhile,
+  gone) is refused (RefusedError "write refused", the file changed since it was read) with
+  nothing written.
 """
 import errno
 import os
@@ -170,8 +183,9 @@ def _authorize(final, st, mode, roots, environ, allow_segments):
         return "path is an existing directory"
     if st is not None and not stat.S_ISREG(st.st_mode):
         return "path is not a regular file"
-    is_target_path = (mode.kind == "file-edit" and bool(mode.target)
-                      and final == os.path.realpath(mode.target))
+    # The target is the real path recorded when the session started, never resolved again: a
+    # directory on its way swapped for a link would make "the target" the file the link reaches.
+    is_target_path = mode.kind == "file-edit" and bool(mode.target) and final == mode.target
     if st is not None and st.st_nlink > 1 and not is_target_path:
         return "file has more than one hard link (it would alias another file)"
     if within_any(final, roots):
@@ -230,6 +244,36 @@ def validate_patch_source(source: str, mode: WriteMode, environ=None, cwd=None) 
     if reason:
         raise _refuse(source, reason)
     return final
+
+
+def edit_target(path: str, cwd: str, roots, environ=None, excluded=()) -> str:
+    _check_syntax(path)
+    joined = path if os.path.isabs(path) else os.path.join(os.path.abspath(cwd), path)
+    real = os.path.realpath(joined)
+
+    def refuse(reason):
+        return RefusedError("not an edit target", _shown(path), reason)
+    if in_nagent_state(real, environ):
+        raise refuse(STATE_REASON)
+    try:
+        st = os.stat(real)
+    except FileNotFoundError:
+        raise refuse("no such file (a per-file session edits an existing file; create a new "
+                     "one with a shell command)") from None
+    except OSError as error:
+        raise refuse(f"cannot inspect it: {error.strerror}") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise refuse("it is a directory (give one file)")
+    if not stat.S_ISREG(st.st_mode):
+        raise refuse("it is not a regular file")
+    if within_any(real, excluded, inclusive=True):
+        raise refuse("it is inside the repository's git directory (hooks and config that git "
+                     "runs later): change it yourself")
+    if not within_any(real, roots):
+        raise refuse(f"{_shown(real)} is outside " + ", ".join(roots)
+                     + ": the main conversation edits files of the project (the working "
+                       "directory and the project root) and temp files")
+    return real
 
 
 # -- the writer ------------------------------------------------------------------------------
@@ -292,7 +336,23 @@ def _write_all(fd, data):
         view = view[written:]
 
 
-def _write_validated(final, data, mode, environ=None, cwd=None) -> dict:
+def _sha256_at(name, dir_fd):
+    """sha256 of the regular file `name` in `dir_fd` (no symlink followed), or None."""
+    import hashlib
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=dir_fd)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            return None
+        digest = hashlib.sha256()
+        while chunk := handle.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _write_validated(final, data, mode, environ=None, cwd=None, expect_sha256=None) -> dict:
     """Write `data` to an already validated resolved path, re-checking everything via dir fds."""
     roots = temp_roots(environ, cwd)
     parent, name = os.path.split(final)
@@ -316,6 +376,10 @@ def _write_validated(final, data, mode, environ=None, cwd=None) -> dict:
             os.fsync(fd)
         finally:
             os.close(fd)
+        if expect_sha256 is not None and _sha256_at(name, dir_fd) != expect_sha256:
+            raise _refuse(final, "the file changed since it was read (its sha256 is no longer "
+                                 "what the edit was computed from); nothing was written: read it "
+                                 "again")
         os.replace(temp_name, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
         temp_name = None
         os.fsync(dir_fd)
@@ -331,8 +395,9 @@ def _write_validated(final, data, mode, environ=None, cwd=None) -> dict:
         os.close(dir_fd)
 
 
-def write_file_atomic(path: str, data: bytes, mode: WriteMode, cwd: str, environ=None) -> dict:
+def write_file_atomic(path: str, data: bytes, mode: WriteMode, cwd: str, environ=None,
+                      expect_sha256=None) -> dict:
     if isinstance(data, str):
         data = data.encode("utf-8")
     final = validate_write_path(path, mode, cwd, environ)
-    return _write_validated(final, bytes(data), mode, environ, cwd)
+    return _write_validated(final, bytes(data), mode, environ, cwd, expect_sha256)

@@ -1,0 +1,201 @@
+"""nagent-batch's parts that need no model: workspaces and their removal, the results file as a
+user may leave it, resume selection, the batch budget, task locks, and the nagent command line."""
+import json
+import os
+
+from base import HermeticTestCase
+from batch_fixture import git, make_repo, read_lines, write_tasks
+
+import nagent_batch_dask
+import nagent_batch_store as store
+import nagent_batch_workspace as workspace
+from nagent_batch_exec import Outcome, RunOptions, new_result
+from nagent_batch_pool import BatchOptions, prepare
+from nagent_batch_tasks import Task, load_tasks, nagent_argv, task_sha
+
+
+def stored_line(task_id, status, cost=0.0, sha=None, attempt="20260101T000000Z-0000000a"):
+    return {"id": task_id, "attempt": attempt, "status": status,
+            "failure": None if status == "ok" else "check", "reason": None, "cost_usd": cost,
+            "task_sha": sha}
+
+
+class WorkspaceTest(HermeticTestCase):
+    def setUp(self):
+        super().setUp()
+        self.repo = make_repo(os.path.join(self.cwd, "repo"))
+        self.workdir = os.path.join(self.cwd, "work")
+        self.outside = self.make_outside_dir()
+        self.write_file(os.path.join(self.outside, "precious.txt"), "keep\n")
+
+    def make(self, name="t.1", **task):
+        return workspace.create(Task(id="t", prompt="p", repo=task.pop("repo", self.repo), **task),
+                                self.workdir, name, self.env)
+
+    def test_links_out_are_removed_as_links_and_the_repo_is_left_clean(self):
+        ws = self.make()
+        os.symlink(self.outside, os.path.join(ws.path, "escape-dir"))
+        os.symlink(os.path.join(self.outside, "precious.txt"), os.path.join(ws.path, "escape-file"))
+        self.write_file(os.path.join(ws.path, "new.txt"), "new\n")
+        diff = workspace.diff(ws, self.env)
+        self.assertIn("new file mode 120000", diff)
+        self.assertIn("+++ b/new.txt", diff)
+        self.assertEqual(git(ws.path, "status", "--porcelain", "--untracked-files=no"), "")  # nothing staged
+        self.assertIsNone(workspace.remove(ws, self.env))
+        self.assertFalse(os.path.lexists(ws.path))
+        self.assertEqual(os.listdir(self.outside), ["precious.txt"])
+        self.assertEqual(len(git(self.repo, "worktree", "list").splitlines()), 1)
+
+    def test_a_path_that_now_leads_elsewhere_is_left_alone(self):
+        ws = self.make()
+        os.rename(ws.path, ws.path + ".moved")
+        os.symlink(self.outside, ws.path)               # the same name, now a link out
+        self.assertIn("left alone", workspace.remove(ws, self.env))
+        self.assertEqual(os.listdir(self.outside), ["precious.txt"])
+        os.unlink(ws.path)
+        os.mkdir(ws.path)                               # a directory of the same name, not ours
+        self.write_file(os.path.join(ws.path, "theirs.txt"), "x")
+        self.assertIn("left alone", workspace.remove(ws, self.env))
+        self.assertTrue(os.path.exists(os.path.join(ws.path, "theirs.txt")))
+
+    def test_a_url_is_cloned_at_its_ref(self):
+        git(self.repo, "checkout", "-q", "-b", "other")
+        self.write_file(os.path.join(self.repo, "b.txt"), "b\n")
+        git(self.repo, "add", "b.txt")
+        git(self.repo, "-c", "user.email=t@example.com", "-c", "user.name=t", "commit", "-qm", "b")
+        git(self.repo, "checkout", "-q", "-")
+        ws = self.make(repo=f"file://{self.repo}", ref="other")
+        self.assertEqual(ws.kind, "clone")
+        self.assertTrue(os.path.isfile(os.path.join(ws.path, "b.txt")))
+        self.assertEqual(ws.base, git(self.repo, "rev-parse", "other").strip())
+        self.assertIsNone(workspace.remove(ws, self.env))
+        self.assertFalse(os.path.lexists(ws.path))
+
+    def test_a_missing_ref_is_a_clear_error_and_a_name_is_never_reused(self):
+        with self.assertRaises(workspace.WorkspaceError) as caught:
+            self.make(ref="no-such-branch")
+        self.assertIn("ref not found", caught.exception.line())
+        self.make()
+        with self.assertRaises(FileExistsError):
+            self.make()
+
+    def test_the_nagent_command_carries_no_key_and_a_fresh_named_conversation(self):
+        argv = nagent_argv(Task(id="t", prompt="-rf /", repo="/r", model="gpt-5-mini", max_cost=1.0),
+                           "batch-0-t-1", "b-1")
+        self.assertEqual(argv[-1], "-")                 # the prompt goes on stdin, never in argv
+        self.assertNotIn("-rf /", argv)
+        for expected in (["--conversation", "batch-0-t-1"], ["-n"], ["--events"], ["--model=gpt-5-mini"]):
+            self.assertTrue(any(argv[i:i + len(expected)] == expected for i in range(len(argv))), expected)
+
+
+class ResultsFileTest(HermeticTestCase):
+    def setUp(self):
+        super().setUp()
+        make_repo(os.path.join(self.cwd, "r"))
+        write_tasks("t.jsonl", [{"id": name, "prompt": f"p {name}", "repo": "r"} for name in ("a", "b", "c")])
+        self.tasks = load_tasks("t.jsonl")
+        os.makedirs("t.out")
+
+    def write_results(self, *lines, tail=""):
+        with open("t.out/results.jsonl", "w", encoding="utf-8") as handle:
+            handle.write("".join(json.dumps(line) + "\n" for line in lines) + tail)
+
+    def printed(self, *args):
+        proc = self.run_tool("nagent-batch", "t.jsonl", "--print-commands", *args)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        return [line.split("--run-one ", 1)[1].split()[0] for line in proc.stdout.splitlines()], proc.stderr
+
+    def test_what_runs_again_after_hand_edits(self):
+        a, b, c = self.tasks
+        self.write_results(stored_line("a", "ok", sha=task_sha(a)), stored_line("b", "failed"),
+                           stored_line("c", "ok", sha="0" * 16), tail='{"id": "a", "sta')
+        todo, warnings = self.printed()
+        self.assertEqual(todo, ["c"])                    # a done, b failed, c's task changed
+        self.assertIn("line 4 is not a result", warnings)
+        self.assertIn("task c changed since its result", warnings)
+        self.assertEqual(self.printed("--retry-failed")[0], ["b", "c"])
+        store.append(os.path.abspath("t.out"),
+                     stored_line("a", "interrupted", attempt="20260101T000001Z-0000000b"))
+        with open("t.out/results.jsonl", encoding="utf-8") as handle:
+            self.assertEqual(handle.read().splitlines()[-2:],
+                             ['{"id": "a", "sta', json.dumps(stored_line("a", "interrupted",
+                                                              attempt="20260101T000001Z-0000000b"),
+                                                              separators=(",", ":"))])
+        self.assertEqual(self.printed()[0], ["a", "c"])
+
+    def test_a_batch_killed_between_storing_and_appending_loses_nothing(self):
+        a = self.tasks[0]
+        out, attempt = os.path.abspath("t.out"), "20260101T000000Z-0000000a"
+        workdir = os.path.join(out, "work")
+        with self.patched_environ():
+            ws = workspace.create(a, workdir, f"a.{attempt}", self.env,
+                                  lambda made: store.write_manifest(workdir, made, a, attempt, "conv"))
+            store.store(out, Outcome(new_result("a", attempt, task_sha(a)), {}, ws))   # then killed
+            results, todo, _ = prepare(self.tasks, BatchOptions(out, 1, RunOptions(workdir)))
+        self.assertEqual((results.latest["a"]["status"], results.latest["a"]["attempt"]), ("ok", attempt))
+        self.assertEqual(len(results.lines), 1)
+        self.assertEqual([task.id for task in todo], ["b", "c"])
+        self.assertEqual([name for name in os.listdir(workdir) if not name.startswith(".repo-")], [])
+
+    def test_deleting_a_line_by_hand_runs_the_task_again(self):
+        out = os.path.abspath("t.out")
+        for task in self.tasks[:2]:
+            attempt = f"20260101T000000Z-0000000{task.id}"
+            outcome = Outcome(new_result(task.id, attempt, task_sha(task)), {}, None)
+            store.append(out, store.store(out, outcome))
+        self.assertEqual(self.printed()[0], ["c"])
+        with open("t.out/results.jsonl", encoding="utf-8") as handle:
+            kept = [line for line in handle if '"id":"a"' not in line]
+        with open("t.out/results.jsonl", "w", encoding="utf-8") as handle:
+            handle.writelines(kept)
+        self.assertEqual(self.printed()[0], ["a", "c"])
+        self.assertEqual(store.collect(out), [])      # the stored attempt is not brought back
+
+    def test_the_batch_budget_starts_nothing_past_it(self):
+        self.write_results(stored_line("a", "ok", cost=5.0, sha=task_sha(self.tasks[0])))
+        proc = self.run_tool("nagent-batch", "t.jsonl", "--max-cost", "1", "--json")
+        self.assertEqual(proc.returncode, 9, proc.stderr)
+        summary = json.loads(proc.stdout)
+        self.assertEqual((summary["ok"], summary["not_started"], summary["ran"]), (1, ["b", "c"], 0))
+        self.assertEqual(len(read_lines("t.out/results.jsonl")), 0)   # the fixture's line has no folder
+        self.assertFalse(os.path.exists("t.out/tasks"))
+
+    def test_run_one_refuses_a_task_another_process_holds(self):
+        out = os.path.abspath("t.out")
+        lock = store.task_lock(out, "a")
+        self.addCleanup(os.close, lock)
+        task = json.dumps({"id": "a", "prompt": "p a", "repo": os.path.join(self.cwd, "r")})
+        proc = self.run_tool("nagent-batch", "--run-one", "a", "--task", task, "--out", out)
+        self.assertCleanError(proc, 7, "running elsewhere")
+        self.assertFalse(os.path.exists(os.path.join(out, "work")))
+        proc = self.run_tool("nagent-batch", "--run-one", "b", "--task", task, "--out", out)
+        self.assertCleanError(proc, 2, "differ")
+
+
+class LostWorker(Exception):
+    """Stands for distributed's KilledWorker: the scheduler gave up on a task."""
+
+
+class Gone:
+    def __init__(self, error):
+        self.error = error
+
+    def result(self):
+        raise self.error
+
+
+class DaskSettlingTest(HermeticTestCase):
+    def test_a_task_dask_gave_up_on_is_stored_once_as_failed_with_the_reason(self):
+        task = Task(id="t", prompt="p", repo="/r")
+        outcome, address = nagent_batch_dask.settled(Gone(LostWorker("Attempted to run task t on 4 "
+                                                                      "different workers")), task, LostWorker)
+        self.assertIsNone(address)
+        self.assertIsNone(outcome.workspace)
+        self.assertEqual((outcome.result["status"], outcome.result["failure"]), ("failed", "lost"))
+        self.assertIn("dask lost the workers running it: Attempted to run task t on 4",
+                      outcome.result["reason"])
+        out = os.path.abspath("out")
+        os.makedirs(out)
+        store.append(out, store.store(out, outcome))
+        self.assertEqual([line["reason"] for line in read_lines(os.path.join(out, "results.jsonl"))],
+                         [outcome.result["reason"]])
