@@ -14,7 +14,8 @@ all (default: once more than when `mark()` was last called) and returns what was
 the mark; `screen` is everything shown (bytes); `wait_reading()` waits until the program's main
 thread sleeps in poll/select for input (a Ctrl-C typed earlier can be missed by a reader that
 was busy with the previous key: Python's readline only looks for signals when its select is
-interrupted); `finish()` waits for the exit and returns the exit code. A wait past its timeout
+interrupted); `finish()` waits for the exit and returns the exit code; `close()` (for a test's
+cleanup) kills what is still running in the program's process group. A wait past its timeout
 fails with what the screen shows.
 """
 import fcntl
@@ -168,3 +169,12 @@ class PtySession:
             pass
         os.close(self.master)
         return self.code
+
+    def close(self):
+        if self.code is None:
+            try:
+                os.killpg(self.pid, 9)
+            except OSError:
+                pass
+            self.code = os.waitstatus_to_exitcode(os.waitpid(self.pid, 0)[1])
+            os.close(self.master)

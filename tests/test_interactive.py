@@ -38,7 +38,9 @@ class SessionOnATerminal(NagentRunCase):
     def session(self, *args):
         env = dict(self.env, TERM="xterm", NO_COLOR="1")
         env.pop("NAGENT_NO_SPINNER")   # the status line shows what is typed during a run
-        return PtySession([sys.executable, os.path.join(BIN, "nagent"), *args], env, self.cwd)
+        session = PtySession([sys.executable, os.path.join(BIN, "nagent"), *args], env, self.cwd)
+        self.addCleanup(session.close)
+        return session
 
     def prompts(self, path):
         return [(r.attr("source"), r.body) for r in self.kinds(path, "prompt")]
@@ -94,6 +96,20 @@ class SessionOnATerminal(NagentRunCase):
         last = self.request_text(self.generation_requests()[-1])
         self.assertEqual(last.count("also check the README"), 1)
         self.assertIn("approved-run", self.kinds(path, "result")[-1].body)
+
+        # A sub-agent's approval question, from another process on the same terminal, gets its
+        # answer; the session's reader of typed text does not take it as a message.
+        self.fake.reply("<nagent-agent>touch the marker</nagent-agent>")
+        self.fake.reply("<nagent-shell>touch sub-agent-ran</nagent-shell>")
+        self.fake.reply(answer("touched"))
+        self.fake.reply(answer("the sub-agent is done"))
+        s.type("delegate it\r")
+        s.expect("[y/N] ")
+        s.type("y\r")
+        shown = s.expect(PROMPT)
+        self.assertIn("the sub-agent is done", shown)
+        self.assertNotIn("✉", shown)
+        self.assertTrue(os.path.exists(os.path.join(self.cwd, "sub-agent-ran")))
 
         # Session flags: /model holds for the next entries; /save and /help run at once.
         s.type("/model gpt-5-mini\r")
@@ -248,6 +264,7 @@ class ConversationsFollowTheProject(ProjectFixture, NagentRunCase):
         env = dict(self.env, TERM="xterm", NO_COLOR="1", BASHPID="333")
         s = PtySession([sys.executable, os.path.join(BIN, "nagent"), "--resume"], env,
                        self.project_a)
+        self.addCleanup(s.close)
         listing = s.expect("resume which? [1-2, Enter: 1, q: none] ")
         self.assertLess(listing.index("newer"), listing.index("older"))
         s.type("2\r")

@@ -12,20 +12,18 @@ Data contract:
   so far on the controlling terminal (tcflush), so typeahead never answers, then writes the
   prompt and reads one line, in line mode with echo whatever mode the terminal was in (restored
   after); True only for "y"/"yes". None when there is no terminal. Never raises.
-- `TERMINAL_LOCK`: the process reads its terminal in one place at a time. Whoever reads it
-  (ask_on_tty for the whole question; the interactive session's reader of text typed during a
-  run, nagent_typeahead, for each read) holds this lock, so a question's answer is never taken
-  by another reader.
+  The question holds the terminal (nagent_terminal_lock.terminal_held) from start to answer, so
+  no other reader (a session's reader of text typed during a run, another nagent's question on
+  the same terminal) takes its answer.
 """
 import os
 import termios
-import threading
 
+from nagent_terminal_lock import terminal_held
 from nagent_terminal_text import escape, unsafe
 
 LONG_LINES = 10
 QUESTION = "Run it? [y/N] "
-TERMINAL_LOCK = threading.Lock()
 
 
 def shown_lines(command):
@@ -51,7 +49,7 @@ def prompt_text(command):
 
 
 def ask_on_tty(command, tty_path="/dev/tty"):
-    with TERMINAL_LOCK:
+    with terminal_held():
         return _ask(command, tty_path)
 
 

@@ -16,8 +16,9 @@ Data contract
   it; each completed line goes to conversation `path`'s inbox and the live
   view says `✉ message queued` (`display.message`; without a display, one line on `stderr`); a
   refused message (too large, not text) is one `✗` line. The draft is shown on the status line
-  (`display.set_draft`). The thread reads only while it holds nagent_approval.TERMINAL_LOCK, so
-  an approval question asked meanwhile gets its own answer. On exit the thread stops and the
+  (`display.set_draft`). The thread reads waiting keys only while it holds the terminal
+  (nagent_terminal_lock.terminal_held), so an approval question asked meanwhile, by the run or
+  by one of its nested nagents, gets its own answer. On exit the thread stops and the
   terminal mode is restored; `draft` is what was typed and not sent (the session puts it back
   into the next prompt). Nothing is sent when nothing was typed.
 """
@@ -29,11 +30,10 @@ import threading
 
 import nagent_inbox
 from nagent_action_view import one_line
-from nagent_approval import TERMINAL_LOCK
 from nagent_errors import NagentError
+from nagent_terminal_lock import terminal_held
 
 PASTE_START, PASTE_END = "\x1b[200~", "\x1b[201~"
-POLL = 0.1        # seconds the reader waits for a key before it lets others read the terminal
 ERASE = ("\x7f", "\x08")
 
 
@@ -162,18 +162,20 @@ class Typeahead:
 
     def _read(self):
         while not self._stop.is_set():
-            data = b""
-            with TERMINAL_LOCK:
-                ready = select.select([self.fd, self._wake[0]], [], [], POLL)[0]
-                if self.fd in ready:
-                    try:
-                        data = os.read(self.fd, 4096)
-                    except OSError:
-                        return
-                    if not data:
-                        return
-            if data:
-                self._typed(data)
+            if self.fd not in select.select([self.fd, self._wake[0]], [], [])[0]:   # or woken
+                continue
+            # Keys are waiting: read them only while no question holds the terminal (it may
+            # have taken them as its answer meanwhile, or discarded them before asking).
+            with terminal_held(self.environ):
+                if not select.select([self.fd], [], [], 0)[0]:
+                    continue
+                try:
+                    data = os.read(self.fd, 4096)
+                except OSError:
+                    return
+            if not data:
+                return
+            self._typed(data)
 
     def _typed(self, data):
         before = self.buffer.draft
