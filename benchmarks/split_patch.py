@@ -1,19 +1,26 @@
 """Split and patch speed: a generated 100,000-line Python file and a 20 MB text file.
 
-For each file: split it (default target size), edit one segment in the middle, patch it back.
-Prints seconds and MB/s per step. Target: each step <= 1 s for the Python file.
-Run: python3 benchmarks/split_patch.py [--python-lines N] [--text-mb N]
+For each file: split it (default target size), edit one segment in the middle, patch it back,
+in this process; for the Python file also the split as a user meets it, from outside: the
+`nagent-file-split --file big.py --output DIR` process, start-up included (median of --runs).
+Prints seconds and MB/s per step. Targets for the Python file: the split <= 0.5 s (in process
+and from outside), the patch <= 1 s.
+Run: python3 benchmarks/split_patch.py [--python-lines N] [--text-mb N] [--runs N]
 """
 import argparse
 import os
 import random
+import resource
 import shutil
+import statistics
+import subprocess
 import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                                "bin", "helpers"))
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "bin", "helpers"))
+SPLIT_TARGET_S, PATCH_TARGET_S = 0.5, 1.0
 
 import nagent_file_patch_lib  # noqa: E402
 import nagent_file_split_lib  # noqa: E402
@@ -93,18 +100,43 @@ def measure(label, data, name, workdir):
     return split_seconds, patch_seconds
 
 
+def measure_process(source, workdir, runs):
+    """Wall seconds of the nagent-file-split process on `source`, one fresh output per run."""
+    tool = os.path.join(REPO, "bin", "nagent-file-split")
+    times, cpu = [], []
+    for number in range(runs + 1):  # the first run warms the page and bytecode caches
+        out = os.path.join(workdir, f"process-{number}")
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        started = time.perf_counter()
+        subprocess.run([sys.executable, tool, "--file", source, "--output", out],
+                       check=True, stdout=subprocess.DEVNULL)
+        times.append(time.perf_counter() - started)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu.append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
+        shutil.rmtree(out, ignore_errors=True)
+    times, cpu = times[1:], cpu[1:]
+    median = statistics.median(times)
+    print(f"  split process  {median:6.3f} s  median of {runs} "
+          f"({min(times):.3f}-{max(times):.3f} s; cpu {statistics.median(cpu):.3f} s): "
+          f"nagent-file-split --file {os.path.basename(source)} --output DIR")
+    return median
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--python-lines", type=int, default=100_000)
     parser.add_argument("--text-mb", type=int, default=20)
+    parser.add_argument("--runs", type=int, default=5, help="runs of the split process")
     args = parser.parse_args()
     rng = random.Random(4)
     workdir = tempfile.mkdtemp(prefix="nagent-bench-")
     try:
         split_s, patch_s = measure("python", python_source(args.python_lines, rng), "big.py",
                                    workdir)
-        verdict = "met" if max(split_s, patch_s) <= 1.0 else "MISSED"
-        print(f"  target <= 1 s per step for the Python file: {verdict}")
+        process_s = measure_process(os.path.join(workdir, "big.py"), workdir, args.runs)
+        met = max(split_s, process_s) <= SPLIT_TARGET_S and patch_s <= PATCH_TARGET_S
+        print(f"  targets for the Python file (split <= {SPLIT_TARGET_S} s in process and from "
+              f"outside, patch <= {PATCH_TARGET_S} s): {'met' if met else 'MISSED'}")
         measure("text", text_source(args.text_mb, rng), "big.txt", workdir)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)

@@ -30,7 +30,6 @@ Data contract:
   settings under the same rule, keeping summaries of segments whose bytes did not change.
   `load_index` validates the schema and raises InputError for a missing or corrupt index.
 """
-import codecs
 import json
 import os
 import re
@@ -39,6 +38,7 @@ from datetime import datetime, timezone
 
 from nagent_errors import InputError, RefusedError, UsageError
 from nagent_fs import atomic_write, regular_file_stat, sha256_bytes
+from nagent_split_lexers import invalid_utf8_at
 from nagent_splitters import LANGUAGES, looks_like_cpp, split_ranges
 
 INDEX_VERSION = 1
@@ -124,16 +124,11 @@ def decode_text(data, path):
 
 
 def check_utf8(data, path):
-    """InputError unless `data` is UTF-8; decodes in 1 MB steps so no text copy is kept."""
-    decoder, step = codecs.getincrementaldecoder("utf-8")(), 1 << 20
-    for offset in range(0, len(data), step):
-        pending = len(decoder.getstate()[0])
-        try:
-            decoder.decode(data[offset:offset + step], final=offset + step >= len(data))
-        except UnicodeDecodeError as error:
-            raise InputError("not UTF-8 text", path,
-                             f"invalid byte at offset {offset - pending + error.start}; only "
-                             "UTF-8 text can be split") from None
+    """InputError unless `data` is UTF-8 (no text copy is kept)."""
+    offset = invalid_utf8_at(data)
+    if offset is not None:
+        raise InputError("not UTF-8 text", path,
+                         f"invalid byte at offset {offset}; only UTF-8 text can be split")
 
 
 def plan_segments(data, split_type, target_bytes):

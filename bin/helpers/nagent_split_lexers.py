@@ -10,10 +10,12 @@ Data contract: `lex(data, start, end, syntax)` is a generator over the UTF-8 byt
 `lex_xml(data, start, end, html)` yields the same shapes for XML/HTML: "o" an opening tag
 (not self-closing, not an HTML void element), "x" a closing tag, "c" a comment, "s" CDATA,
 declarations, processing instructions and HTML script/style bodies.
+`invalid_utf8_at(data)` is the offset of the first byte that is not UTF-8, or None.
 Every syntax byte is ASCII and UTF-8 continuation bytes never are, so scanning bytes is exact.
 Memory is constant apart from small nesting stacks. Unterminated tokens end at the end of the
 line (single-line kinds) or of the range; a wrong guess moves a cut, never a byte.
 """
+import codecs
 import re
 from dataclasses import dataclass
 
@@ -21,6 +23,20 @@ NL, CR, BSL, SLASH, STAR, DQ, SQ, BT = 10, 13, 92, 47, 42, 34, 39, 96
 OPENERS, CLOSERS = frozenset(b"{(["), frozenset(b"})]")
 WORD = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_$")
 SPACE = frozenset(b" \t\r\n\f\v")
+
+
+def invalid_utf8_at(data):
+    """Decoded in 1 MB steps: no text copy is kept."""
+    if data.isascii():
+        return None
+    decoder, step = codecs.getincrementaldecoder("utf-8")(), 1 << 20
+    for offset in range(0, len(data), step):
+        pending = len(decoder.getstate()[0])
+        try:
+            decoder.decode(data[offset:offset + step], final=offset + step >= len(data))
+        except UnicodeDecodeError as error:
+            return offset - pending + error.start
+    return None
 
 
 def offset_type(size):

@@ -9,8 +9,9 @@ offsets of line starts in ascending order:
                      pulled in (comments, decorators, attributes, #if lines): pull[i] <= pos[i]
   masks              [start, end) ranges of multi-line tokens and statements: a line start s
                      with start < s < end lies inside one (`masked(s)`), a poor place to cut
-Nesting comes from the linear lexers (nagent_split_lexers) and, for Python, from tokenize
-(nagent_split_python). Memory: a few bytes per candidate line, never a dict or tuple per line.
+Nesting comes from the linear lexers (nagent_split_lexers) and, for Python, from tokenize's
+reading (nagent_split_python). Memory: a few bytes per candidate line, never a dict or tuple per
+line.
 """
 import heapq
 import re
@@ -81,6 +82,8 @@ def _pulls(data, b):
     """pull[i]: walk back from candidate i over attach lines of its level (or any level) and
     lines inside block comments or directives, never into the previous candidate's line."""
     pull = array(b.offsets)
+    attach_pos, attach_level = b.attach_pos, b.attach_level
+    mask_start, mask_end, mask_kind = b.mask_start, b.mask_end, b.mask_kind
     previous = -1
     for s, level in zip(b.cand_pos, b.cand_level):
         start = s
@@ -88,14 +91,14 @@ def _pulls(data, b):
             t = data.rfind(b"\n", 0, start - 1) + 1
             if t <= previous:
                 break
-            k = bisect_left(b.attach_pos, t)
-            if k < len(b.attach_pos) and b.attach_pos[k] == t \
-                    and b.attach_level[k] in (level, ANY_LEVEL):
+            k = bisect_left(attach_pos, t)
+            if k < len(attach_pos) and attach_pos[k] == t \
+                    and attach_level[k] in (level, ANY_LEVEL):
                 start = t
                 continue
-            m = bisect_left(b.mask_start, t) - 1
-            if m >= 0 and t < b.mask_end[m] and b.mask_kind[m] in _COMMENT_KINDS and \
-                    data.rfind(b"\n", 0, b.mask_start[m]) + 1 > previous:
+            m = bisect_left(mask_start, t) - 1
+            if m >= 0 and t < mask_end[m] and mask_kind[m] in _COMMENT_KINDS and \
+                    data.rfind(b"\n", 0, mask_start[m]) + 1 > previous:
                 # Inside a block comment or directive that did not open on the previous
                 # candidate's line (a multi-line #define's body stays with the #define).
                 start = t

@@ -18,8 +18,8 @@ Data contract:
   is at most max(target, limit) bytes.
 - `looks_like_cpp(data)`: a `.h` file whose code (comments and strings aside) is C++:
   namespace, template<, a class with a base or a body, access specifiers, `::`.
-Structure is found by linear lexers (Python: the standard library's tokenize) and bytes regexes
-anchored at line starts; memory stays linear in the file size. A wrong guess moves a cut, never
+Structure is found by linear lexers (Python: as the standard library's tokenize reads it) and
+bytes regexes anchored at line starts; memory stays linear in the file size. A wrong guess moves a cut, never
 a byte.
 """
 import re
