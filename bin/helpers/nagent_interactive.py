@@ -19,8 +19,9 @@ Each entry fails as `nagent` fails (nagent_cli.run_main prints its error) and th
 on; a run ended by SIGTERM or SIGHUP ends the session with that code; Ctrl-D at an empty prompt
 and /exit end it with 0. The prompt shows the conversation's name, the model and the cost so
 far (`latest-box-4242 · gpt-5.5 · $0.0123 › `), made safe for the terminal. Once the first
-prompt is on the screen, a thread imports what a run needs (the provider SDK among it); an entry
-waits for that thread to finish, so the first run never pays for it twice. With `pick`, the session starts
+prompt is on the screen, a thread imports what a run needs before its first request (the
+provider SDK first); a run typed meanwhile goes ahead, and its own import of a module the thread
+is importing waits for that one; a fork (nagent_fork) waits for the whole thread. With `pick`, the session starts
 by listing this directory's conversations and asking which one (nagent_resume.choose).
 """
 import os
@@ -43,8 +44,8 @@ MORE = "  … "
 EXIT_SIGNALS = (129, 143)
 # What a run imports before its first request, loaded by the preload thread once the prompt
 # shows (and imported where used, not at the top: the prompt must appear within 3x `python3 -c
-# pass`). Nothing more: an entry typed at once waits for all of it, and a one-shot run imports
-# the rest (the reply parser ...) only after its request.
+# pass`), the provider SDK first: it is the longest, and the last thing the first request needs.
+# Nothing more: a one-shot run imports the rest (the reply parser ...) only after its request.
 RUN_MODULES = ("nagent_session", "nagent_loop", "nagent_output", "nagent_display", "nagent_stream",
                "nagent_llm", "nagent_typeahead")
 BANNER = ("nagent: Enter sends; Alt-Enter or a trailing \\ adds a line; /help lists commands; "
@@ -150,12 +151,13 @@ class Chat:
         import threading   # not before the prompt shows
         self.loader = threading.Thread(target=preload, args=(modules,), daemon=True)
         self.loader.start()
+        # A run does not wait for it (its setup overlaps the SDK import; an import the run needs
+        # waits for the thread's own), but a fork does: a child must not inherit a module lock
+        # held by a thread that does not exist in it (nagent_fork's nested edit sessions).
+        os.register_at_fork(before=self.loader.join)
 
     def guarded(self, body):
         """`body()` under nagent's error convention: an error is its one line, never the end."""
-        if self.loader is not None:   # what a run needs, imported while the prompt waited
-            self.loader.join()
-            self.loader = None
         return run_main(lambda _argv: body(), [])
 
     def during(self, session, out):
@@ -278,7 +280,7 @@ def start(options, lifecycle, parser, pick=False):
         options = dict(options, conversation=name, resume=None)
     chat = Chat(options, lifecycle, parser)
     settings = load_settings(chat.options(), warn=not pick)   # a bad config stops it here
-    modules = RUN_MODULES + (settings.provider.adapter, settings.provider.package)
+    modules = (settings.provider.package, settings.provider.adapter) + RUN_MODULES
     # Started once the first prompt is on the screen: it must not delay the prompt.
     chat.editor.when_shown(lambda: chat.preload(modules))
     sys.stderr.write(BANNER + "\n")
