@@ -1,12 +1,13 @@
 """Run every benchmark of the project and print one summary table (figure, value, target, verdict).
 
 Runs benchmarks/startup.py, turns.py, split_patch.py, split_memory.py, parser.py, long_run.py,
-sandbox.py, first_answer.py, parallel_agents.py, context.py, edit_route.py, batch.py and
-interactive.py through their main() (a missing or failing one is reported and skipped), then
+sandbox.py, first_answer.py, parallel_agents.py, context.py, edit_route.py, batch.py, snapshots.py
+and interactive.py through their main() (a missing or failing one is reported and skipped), then
 its own measurement: `nagent --status` on a 50 MB conversation (generated with
-nagent_conversation.encode_record into a temp HOME; median of 5 runs). split_corpus.py (every splittable file of the stdlib, site-packages and /usr/include:
-minutes) runs only when asked: `--corpus`, or `--only split_corpus`; with --quick it splits only
-the files over 64 KiB and measures no peak memory (about 30 s). Each benchmark's own output is
+nagent_conversation.encode_record into a temp HOME; median of 5 runs). split_corpus.py (every
+splittable file of the stdlib, site-packages and /usr/include: minutes) runs only when asked:
+`--corpus`, or `--only split_corpus`; with --quick it splits only the files over 64 KiB and
+measures no peak memory (about 30 s). Each benchmark's own output is
 printed first, the table last as Markdown, under a line naming the machine it ran on. Prints
 figures; asserts nothing.
 
@@ -284,6 +285,14 @@ def summarize_context(rows, _text, table):
         table.add(f"context: {row['figure']}", f"{row['median_ms']:.1f} ms")
 
 
+def summarize_snapshots(rows, _text, table):
+    for row in rows:
+        target = row.get("target_ms")
+        value = row.get("text") or f"{row['ms']:.1f} ms"
+        table.add(row["figure"], value, f"≤ {'+' if 'on − off' in row['figure'] else ''}"
+                  f"{target:g} ms" if target else "", row["ms"] <= target if target else None)
+
+
 def summarize_interactive(rows, _text, table):
     for row in rows:
         value = (f"{row['ratio']:.2f}× ({row['ms']:.0f} ms)" if "ratio" in row
@@ -306,6 +315,8 @@ BENCHMARKS = (  # name, full argv, --quick argv, summary
     ("context", [], ["--runs", "3"], summarize_context),
     ("edit_route", [], ["--runs", "1"], summarize_edit_route),
     ("batch", [], ["--tasks", "8", "--delay", "1"], summarize_batch),
+    ("snapshots", [], ["--runs", "3", "--files", "2000", "--turns", "20", "--turn-runs", "1"],
+     summarize_snapshots),
     ("interactive", [], ["--runs", "3"], summarize_interactive),
 )
 OPT_IN = ("split_corpus",)  # minutes long: run only when asked (--corpus or --only)

@@ -6,7 +6,8 @@ the first: the gap between the fake finishing answer N and receiving request N+1
 loop's own time per turn (parse, actions, appends, request building, HTTP), without the
 fake's handling time. Prefix stability: each recorded request's messages serialised
 canonically; the share of request N that is a byte-identical prefix of request N+1.
-Targets: ≤ 30 ms per turn on top of the fake; ≥ 95 % prefix stability.
+Targets: ≤ 30 ms per turn on top of the fake; ≥ 95 % prefix stability. Snapshots are on, as
+users run (`run_once(provider, snapshots=False)` measures without them: benchmarks/snapshots.py).
 
 Usage: python3 benchmarks/turns.py [provider ...]   (default: openai anthropic google)
 `main(argv) -> [row dicts]` for benchmarks/run_all.py.
@@ -71,9 +72,10 @@ def canonical_messages(body):
     return json.dumps(pairs, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 
-def run_once(provider):
+def run_once(provider, snapshots=True):
     root, home, cwd, config = make_workspace(
-        "nagent-bench-turns-", {"provider": provider, "retry": {"base_delay": 0, "max_delay": 0}})
+        "nagent-bench-turns-", {"provider": provider, "retry": {"base_delay": 0, "max_delay": 0},
+                                "snapshots": {"enabled": snapshots}})
     fake = TimedFake().start()
     try:
         for index in range(3):

@@ -109,18 +109,22 @@ class HermeticTestCase(unittest.TestCase):
             handle.write(content)
         return path
 
-    def run_tool(self, name, *args, input=None, env=None, timeout=120, cwd=None, fresh=False):
+    def run_tool(self, name, *args, input=None, env=None, timeout=120, cwd=None, fresh=False,
+                 detach=False):
         """Run bin/NAME to the end. By default the run is a child of the suite's zygote (see
         tests/zygote.py: a separate process with the SDKs already imported); `fresh=True`, or an
-        environment that changes interpreter start-up, runs a new interpreter instead."""
+        environment that changes interpreter start-up, runs a new interpreter instead.
+        `detach`: in a new session, without a controlling terminal (nothing can be asked)."""
         env = self.env if env is None else env
         cwd = self.cwd if cwd is None else cwd
         script = os.path.join(BIN, name)
         if not (fresh or self.FRESH_RUNS) and zygote_can_run(env):
             import zygote
-            return zygote.shared().run(script, args, env, cwd, input=input, timeout=timeout)
+            return zygote.shared().run(script, args, env, cwd, input=input, timeout=timeout,
+                                       detach=detach)
         return subprocess.run([sys.executable, script, *args], input=input, capture_output=True,
-                              text=True, env=env, timeout=timeout, cwd=cwd)
+                              text=True, env=env, timeout=timeout, cwd=cwd,
+                              start_new_session=detach)
 
     def assertCleanError(self, proc, code=None, contains=None):
         """A failed command: non-zero (or `code`), one `Error:` line, no traceback."""

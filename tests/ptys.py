@@ -1,10 +1,10 @@
 """Driving a tool through a pseudo-terminal that is its controlling terminal.
 
-Data contract: `answer_on_pty(argv, env, cwd, answers, typeahead=b"", prompt=b"[y/N]",
+Data contract: `answer_on_pty(argv, env, cwd, answers, typeahead=b"", prompt=b"[y/N",
 timeout=60)` forks `argv` on a new pty (stdin, stdout and stderr all on it), writes `typeahead`
 at once (before the tool can have asked anything), then writes each of `answers` in turn, each
-only after one more `prompt` has been shown whole. Returns (exit code, transcript bytes, prompts
-answered).
+only after one more `prompt` has been shown whole (`prompt`: bytes, or a tuple of bytes when
+the questions end differently). Returns (exit code, transcript bytes, prompts answered).
 `fresh_terminal()` -> (master, slave) of a new 120x40 pseudo-terminal; `TerminalReader(master)`
 collects what it shows on a thread: `.screen()` (after `.join(timeout)`, which returns once every
 writer closed the slave) is the text with CRLF as newlines; `.seen()` the bytes so far.
@@ -61,7 +61,7 @@ class TerminalReader:
         return self.seen().decode("utf-8", "replace").replace("\r\n", "\n")
 
 
-def answer_on_pty(argv, env, cwd, answers, typeahead=b"", prompt=b"[y/N]", timeout=60):
+def answer_on_pty(argv, env, cwd, answers, typeahead=b"", prompt=b"[y/N", timeout=60):
     pid, master = pty.fork()
     if pid == 0:  # the child: the pty is its controlling terminal
         try:
@@ -84,13 +84,17 @@ def answer_on_pty(argv, env, cwd, answers, typeahead=b"", prompt=b"[y/N]", timeo
             if not chunk:
                 break
             seen += chunk
-            while seen.count(prompt) > prompts and answers:
+            while _count(seen, prompt) > prompts and answers:
                 os.write(master, answers.pop(0))
                 prompts += 1
     finally:
         os.close(master)
         _, status = os.waitpid(pid, 0)
     return os.waitstatus_to_exitcode(status), seen, prompts
+
+
+def _count(seen, prompt):
+    return sum(seen.count(mark) for mark in (prompt if isinstance(prompt, tuple) else (prompt,)))
 
 
 class PtySession:

@@ -34,10 +34,13 @@ class PromptText(HermeticTestCase):
         text = nagent_approval.prompt_text(command)
         self.assertTrue(text.startswith("nagent wants to run a shell command (30 lines):\n"), text)
         self.assertTrue(text.endswith("  first line: step 1\n  last line:  step 30\n"
-                                      "Run all 30 lines? [y/N] "), text)
-        short = nagent_approval.prompt_text("ls\npwd")
+                                      "Run all 30 lines? [y/N/e] "), text)
+        short = nagent_approval.prompt_text("ls\npwd", asked_by="shell.approval: confirm",
+                                            forms=("ls *",))
         self.assertTrue(short.startswith("nagent wants to run a shell command (2 lines):\n"))
-        self.assertTrue(short.endswith("    pwd\nRun it? [y/N] "))
+        self.assertTrue(short.endswith("    pwd\nasked by: shell.approval: confirm\n"
+                                       "  y yes · n no · a always allow `ls *` this session · e no, "
+                                       "and tell the model why\nRun it? [y/N/a/e] "), short)
 
 
 class TypeaheadThroughPty(FakeVendorTestCase):
@@ -52,7 +55,7 @@ class TypeaheadThroughPty(FakeVendorTestCase):
         argv = [sys.executable, os.path.join(BIN, "nagent"), "--conversation", name, "go"]
         # The typeahead goes long before any prompt: nagent is still starting.
         code, seen, _prompts = answer_on_pty(argv, self.env, self.cwd, answers, typeahead=typeahead,
-                                             prompt=b"[y/N] ")
+                                             prompt=b"[y/N/a/e] ")
         return code, seen.decode("utf-8", "replace")
 
     def test_typeahead_never_approves(self):
@@ -62,7 +65,7 @@ class TypeaheadThroughPty(FakeVendorTestCase):
         self.fake.reply("<nagent-response>done</nagent-response>")
         code, transcript = self.run_on_pty("typeahead", b"y\ny\ny\n", [b"n\n", b"n\n", b"y\n"])
         self.assertEqual(code, 0, transcript)
-        self.assertEqual(transcript.count("Run it? [y/N] "), 3, transcript)
+        self.assertEqual(transcript.count("Run it? [y/N/a/e] "), 3, transcript)
         path = os.path.join(self.home, ".nagent", "conversations", "typeahead")
         bodies = [r.body for r in nagent_conversation.read_records(path) if r.kind == "result"]
         self.assertIn(f"refused: {nagent_shell.DECLINED}", bodies[0])

@@ -20,7 +20,7 @@ import nagent_install
 from nagent_install import TOOLS, VERSION
 from nagent_providers import BUILTIN_PROVIDERS
 
-INTERNAL_FLAGS = ("--invocation", "--parent-conversation", "--depth")
+INTERNAL_FLAGS = ("--invocation", "--parent-conversation", "--depth", "--budget")
 
 
 def bin_executables():

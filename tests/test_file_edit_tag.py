@@ -162,10 +162,14 @@ class ChildSettingsTest(unittest.TestCase):
         from types import SimpleNamespace
         from nagent_agents import child_command
         shell = SimpleNamespace(sandbox="bwrap", approval="confirm")
-        settings = SimpleNamespace(provider=SimpleNamespace(name="openai"), model="m", shell=shell)
-        ctx = SimpleNamespace(settings=settings, pid="7", conversation="/c", depth=0, extra_args=())
+        settings = SimpleNamespace(provider=SimpleNamespace(name="openai"), model="m", shell=shell,
+                                   mode="plan")
+        ctx = SimpleNamespace(settings=settings, pid="7", conversation="/c", depth=0, extra_args=(),
+                              child_budget="cost=0.25 tokens=900")
         command = " ".join(child_command(ctx, "agent-x"))
         self.assertIn("--shell-sandbox bwrap --shell-approval confirm", command)
+        self.assertIn("--mode plan", command)                      # issue 23: plan stays plan
+        self.assertIn("--budget cost=0.25 tokens=900", command)    # and its share of the budget
         self.assertIn("--invocation delegated --parent-conversation /c --depth 1", command)
 
 

@@ -241,11 +241,11 @@ class ApprovalTest(ShellTestCase):
                 result=nagent_shell.ask_on_tty("echo \x1b[2J hi", tty)))
             thread.start()
             prompt = ""
-            while "[y/N]" not in prompt and select.select([master], [], [], 10)[0]:
+            while "[y/N/e]" not in prompt and select.select([master], [], [], 10)[0]:
                 prompt += os.read(master, 4096).decode()
             os.write(master, answer)   # typed after the prompt appeared
             thread.join(10)
-            self.assertIs(asked.get("result"), expected)
+            self.assertIs(asked.get("result").run, expected)
             self.assertIn("echo \\x1b[2J hi", prompt)
         self.assertIsNone(nagent_shell.ask_on_tty("true", os.path.join(self.tmp, "missing")))
 

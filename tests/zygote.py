@@ -9,10 +9,11 @@ behave as the tool's. What a child shares with its zygote is only what an import
 
 Data contract:
 - `Zygote(root, warm=False)` starts the server (`root`: a private dir for its warm-up run);
-  `spawn(script, args, env, cwd, stdout, stderr, stdin=None)` forks a run and returns a `Forked`
-  (poll / wait / kill / returncode, like subprocess.Popen); `run(script, args, env, cwd, input,
-  timeout)` runs one to the end and returns a text subprocess.CompletedProcess, raising
-  subprocess.TimeoutExpired (after killing the child) as subprocess.run does.
+  `spawn(script, args, env, cwd, stdout, stderr, stdin=None, detach=False)` forks a run and
+  returns a `Forked` (poll / wait / kill / returncode, like subprocess.Popen); `run(script, args,
+  env, cwd, input, timeout, detach=False)` runs one to the end and returns a text
+  subprocess.CompletedProcess, raising subprocess.TimeoutExpired (after killing the child) as
+  subprocess.run does. `detach`: the child starts a new session (no controlling terminal).
 - `shared()` is this test process's one zygote (started on first use, closed at exit).
 - A child's exit code follows the interpreter's: SystemExit's code (a message goes to stderr and
   exits 1), 1 after an uncaught exception's traceback, and non-daemon threads and atexit
@@ -90,17 +91,18 @@ class Zygote:
             self.proc.stdin.write(json.dumps(job) + "\n")
             self.proc.stdin.flush()
 
-    def spawn(self, script, args, env, cwd, stdout, stderr, stdin=None):
+    def spawn(self, script, args, env, cwd, stdout, stderr, stdin=None, detach=False):
         with self.send_lock:
             self.serial += 1
             serial = self.serial
         self.send({"op": "spawn", "id": serial, "script": script, "args": list(args), "env": env,
-                   "cwd": cwd, "stdout": stdout, "stderr": stderr, "stdin": stdin})
+                   "cwd": cwd, "stdout": stdout, "stderr": stderr, "stdin": stdin,
+                   "detach": detach})
         self.wait_for(lambda: serial in self.spawned, "no fork")
         with self.changed:
             return Forked(self, self.spawned.pop(serial))
 
-    def run(self, script, args, env, cwd, input=None, timeout=120):
+    def run(self, script, args, env, cwd, input=None, timeout=120, detach=False):
         scratch = tempfile.mkdtemp(prefix="run-", dir=self.root)
         try:
             stdout, stderr = os.path.join(scratch, "stdout"), os.path.join(scratch, "stderr")
@@ -109,7 +111,7 @@ class Zygote:
                 stdin = os.path.join(scratch, "stdin")
                 with open(stdin, "w", encoding="utf-8", newline="") as handle:
                     handle.write(input)
-            child = self.spawn(script, args, env, cwd, stdout, stderr, stdin)
+            child = self.spawn(script, args, env, cwd, stdout, stderr, stdin, detach)
             try:
                 code = child.wait(timeout)
             except AssertionError:

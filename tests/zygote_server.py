@@ -41,6 +41,8 @@ def finish(code):
 def child(job):
     code = 1
     try:
+        if job.get("detach"):
+            os.setsid()  # a new session: no controlling terminal, as `setsid TOOL`
         import tempfile
         tempfile.tempdir = None  # a fresh process reads TMPDIR on first use
         os.chdir(job["cwd"])

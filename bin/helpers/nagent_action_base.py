@@ -5,7 +5,9 @@ Data contract:
 - `ActionContext` (frozen): cwd, environ (the driver's own environment: keys included, for the
   driver's own children; the model's shell gets a scrubbed copy), write mode, conversation path,
   side_dir (its state directory), shell policy, settings, pid, agent depth and limits, file tool
-  limits, the key variable names and values to keep from and blank in what children return.
+  limits, the key variable names and values to keep from and blank in what children return,
+  the permission policy (nagent_policy.Policy), what a nested nagent may spend of the run's
+  budget (`child_budget`, nagent_budget.encode) and the time cap's deadline.
 - `ActionOutcome` (frozen): `block` (the full `<nagent-*-result>` text appended to the
   conversation), `prompt` (a continuation prompt for <nagent-next>), `child` (a nested nagent's
   recursive totals, folded into the run's by nagent_accounting.add_child), `failed`, `hook` (the
@@ -51,6 +53,9 @@ class ActionContext:
     file_tool_timeout: float = DEFAULT_TIMEOUT   # split/patch tool processes
     file_tool_memory: int = DEFAULT_MEMORY       # their address-space cap in bytes, 0 = none
     max_parallel: int = 4        # nested nagents of one batch running at once
+    policy: object = None        # nagent_policy.Policy: rules, guard, mode (None: none apply)
+    child_budget: str = ""       # nagent_budget.encode of what a child may spend ("": no caps)
+    deadline: float | None = None   # time.monotonic() past which the run's time cap is spent
 
 
 @dataclass(frozen=True)

@@ -105,6 +105,8 @@ def _shell(body, seconds, why=""):
     for line in header:
         if line.startswith("refused: "):
             return dict(facts, ok=False, outcome="refused: " + one_line(line[9:], 160))
+        if line.startswith("✗ "):   # a permission refusal: the line the model reads, as is
+            return dict(facts, ok=False, outcome=one_line(line[2:], 200))
     timed_out = any(line.startswith("timed_out: true") for line in header)
     parts = [(f"exit {code}" if not timed_out else "timed out") + why, f"{seconds:.1f} s"]
     markers = [int(m.group(1)) for m in map(_MARKER.match, lines) if m]
@@ -133,6 +135,9 @@ def action_result(action, outcome, seconds):
         message = body[len("error: "):] if body.startswith("error: ") else body
         return {"ok": False, "outcome": one_line(message, 160), "seconds": seconds}
     kind = action.kind
+    if _attr(head, "status") == "refused" and body.startswith("✗ "):
+        return {"ok": False, "outcome": one_line(body.split("\n", 1)[0][2:], 200),
+                "seconds": seconds}
     if kind == "shell":
         return dict(_shell(body, seconds, _why(outcome)), seconds=seconds)
     if kind == "replace":

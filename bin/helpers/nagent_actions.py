@@ -9,6 +9,10 @@ NagentError raised by a library is turned into an error result here.
 Large files go through nagent_file_tools (the split/patch tools run as processes, under the
 conversation's split registry in `side_dir`); a write in a per-file session gets the segments
 that registry grants for its target (`write_mode_now`).
+Permission rules and plan mode (nagent_permission_gate, over ctx.policy) judge each action
+before anything else: a refused one does not run and its result carries the refusal line
+(`✗ denied by rule NAME (FILE)`); a shell command is judged inside run_shell, after the
+sandbox is planned, so a prompt comes only for a command that could run.
 An action hook (settings.hooks.action, nagent_hooks.check_action) runs before each action but
 <nagent-next>: exit 0 lets the action run, exit 2 makes the result a refusal carrying the hook's
 output, anything else (a timeout, a crash) an error result; the action then does not run. The
@@ -25,12 +29,14 @@ from nagent_action_base import (ActionContext, ActionOutcome, error_block, error
                                 hook_refusal, refresh_target_id, resolve_path, write_mode_now)
 from nagent_agents import Job, child_name
 from nagent_action_batch import Planned, process_batch
+from nagent_budget import decode, exhausted
 from nagent_edit_actions import execute_replace, file_edit_job, observe, observed
 from nagent_errors import NagentError
 from nagent_file_split_lib import READ_SPLIT_THRESHOLD_BYTES
 from nagent_file_tools import (BINARY_SNIFF_BYTES, describe_split, looks_binary, patch_registered,
                                split_for_read)
 from nagent_hooks import check_action
+from nagent_permission_gate import check_permission, shell_gate, shell_time
 from nagent_protocol_blocks import result_block
 from nagent_split_registry import find_by_index, load as load_registry
 from nagent_write_policy import validate_write_path, write_file_atomic
@@ -136,9 +142,13 @@ def execute_write(action, ctx):
 
 def execute_shell(action, ctx):
     from nagent_shell import format_shell_result, run_shell
+    policy, gate = ctx.shell_policy, None
+    if ctx.policy is not None:
+        policy = shell_time(policy, ctx.deadline)
+        gate = shell_gate(action.body, ctx)
     try:
-        outcome = run_shell(action.body, ctx.cwd, ctx.shell_policy, ctx.side_dir, ctx.environ,
-                            secret_names=ctx.secret_names, secrets=ctx.secrets)
+        outcome = run_shell(action.body, ctx.cwd, policy, ctx.side_dir, ctx.environ,
+                            secret_names=ctx.secret_names, secrets=ctx.secrets, gate=gate)
     except NagentError as error:
         return error_block("nagent-shell-result", error_text(error))
     # The first stderr line that says something (a rule of ===== says nothing).
@@ -188,7 +198,30 @@ def agent_job(action, ctx):
                    lambda result: agent_outcome(result, {"conversation": result.name}))
 
 
-BATCHES = {"agent": agent_job, "file-edit": file_edit_job}
+def refusal_outcome(action, ctx):
+    """The result of an action the permission rules or plan mode refuse (the same line the user
+    sees), or None (nagent_permission_gate.check_permission)."""
+    refused = check_permission(action, ctx)
+    if refused is None:
+        return None
+    attrs = {name: action.attr(name) for name in ("path", "index") if action.attr(name) is not None}
+    return ActionOutcome(result_block(f"nagent-{action.kind}-result", refused,
+                                      dict(attrs, status="refused")), failed=True)
+
+
+def checked(prepare):
+    """A batch's prepare step behind the rules and the budget: a nested nagent starts only
+    when they allow it and something is left to spend."""
+    def plan(action, ctx):
+        if ctx.child_budget and exhausted(decode(ctx.child_budget)):
+            return error_block(f"nagent-{action.kind}-result", "not started: the run's budget is "
+                               "spent (--max-cost, --max-tokens, --max-time)",
+                               {"path": action.attr("path")} if action.attr("path") else None)
+        return refusal_outcome(action, ctx) or prepare(action, ctx)
+    return plan
+
+
+BATCHES = {"agent": checked(agent_job), "file-edit": checked(file_edit_job)}
 
 
 def process_agents(actions, ctx, ready, watch=None, hooks=True):
@@ -220,6 +253,10 @@ def process_action(action, ctx):
     handler = HANDLERS.get(action.kind)
     if handler is None:
         return error_block("system", f"no handler for <nagent-{action.kind}>")
+    # Rules and plan mode before the hook runs (a batch's kinds: in its prepare step, once).
+    refused = None if action.kind in BATCHES else refusal_outcome(action, ctx)
+    if refused is not None:
+        return refused
     hook = check_action(action, ctx)  # the action hook, when one is configured
     if hook is not None:
         if hook.status() != "accepted":

@@ -16,7 +16,10 @@ Data contract
   `child_name(pid)`: "agent-{uuid4 hex}-{conversation pid}" (the conversation pid passed
   through, never this process's OS pid). `setting_args(settings)` are the flags that hand a
   child the session's settings a command line may have changed: provider, model, shell sandbox
-  and approval (a `--shell-sandbox bwrap` run sandboxes its children's shells too). A child's
+  and approval (a `--shell-sandbox bwrap` run sandboxes its children's shells too) and the
+  mode (`--mode plan` stays plan). `delegated_args(ctx)` include its share of the run's budget
+  (`--budget` with ctx.child_budget, nagent_budget.encode: a flag only nagent's own children
+  get, sub-agents and nested edit sessions alike). A child's
   stdin, stdout and stderr are anonymous temp files, not pipes, so nothing has to be drained
   while several run.
 * `run_children(jobs, ctx, done, watch=None, started=None)` runs `jobs` (in tag order) at most
@@ -103,13 +106,17 @@ def setting_args(settings):
     if settings is None:
         return []
     return ["--provider", settings.provider.name, "--model", settings.model,
-            "--shell-sandbox", settings.shell.sandbox, "--shell-approval", settings.shell.approval]
+            "--shell-sandbox", settings.shell.sandbox, "--shell-approval", settings.shell.approval,
+            "--mode", settings.mode]
 
 
 def delegated_args(ctx):
-    """The flags of every nested nagent the driver starts: its pid, who started it, its depth."""
+    """The flags of every nested nagent the driver starts: its pid, who started it, its depth,
+    its share of the budget."""
+    budget = getattr(ctx, "child_budget", "")   # what is left of the run's budget for it
     return ["--pid", ctx.pid, "--invocation", "delegated", "--parent-conversation",
-            ctx.conversation, "--depth", str(ctx.depth + 1), "--json"]
+            ctx.conversation, "--depth", str(ctx.depth + 1), "--json",
+            *(["--budget", budget] if budget else [])]
 
 
 def child_command(ctx, name):

@@ -21,7 +21,8 @@ Data contract:
   --stream/--no-stream (see nagent_output for what they choose).
 - `emit_json(data)` writes one JSON document to stdout (nothing else goes to stdout in
   --json mode). `redact(text, secrets=None)` blanks out secret values in any text; without a
-  list, every secret nagent knows (nagent_config.known_secrets) is blanked.
+  list, every secret nagent knows (nagent_config.known_secrets) is blanked; `redacted(value,
+  secrets)` blanks a list of them in every string of JSON-shaped data.
 - `argument_parser(**kwargs)` is argparse whose usage errors raise UsageError (one line in the
   `Error: <what>: <value> (<fix>)` shape); every parser has --version.
 - `read_prompt(words, stdin)` returns (prompt text, source) for argv, piped stdin, or argv
@@ -74,6 +75,17 @@ def redact(text, secrets=None):
     return redact_values(text, secrets)
 
 
+def redacted(value, secrets):
+    """`value` (JSON-shaped data) with every secret in `secrets` blanked in every string."""
+    if isinstance(value, str):
+        return redact_values(value, secrets)
+    if isinstance(value, dict):
+        return {key: redacted(item, secrets) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [redacted(item, secrets) for item in value]
+    return value
+
+
 def report_error(error):
     sys.stderr.write(redact(error.line()) + "\n")
     sys.stderr.flush()
@@ -107,7 +119,8 @@ def emit_structured_error(mode, error, json_document=None, seconds=0.0):
         sys.stdout.write(event_line(dict({"type": "error", "t": t}, **error.as_dict())) + "\n")
         sys.stdout.write(event_line({"type": "run_end", "t": t, "exit_code": error.exit_code,
                                      "calls": 0, "totals": None,
-                                     "conversation": context.get("conversation")}) + "\n")
+                                     "conversation": context.get("conversation"),
+                                     "budget": None}) + "\n")
         sys.stdout.flush()
 
 
@@ -275,7 +288,8 @@ def argument_parser(**kwargs):
                 message = message[:-1]
             raise UsageError(message, "", f"see {self.prog} --help")
 
-    parser = Parser(formatter_class=Formatter, **kwargs)
+    # No abbreviations: `--mode` must never be read as `--model` by a tool without --mode.
+    parser = Parser(formatter_class=Formatter, allow_abbrev=False, **kwargs)
     parser.add_argument("--version", action="version", version=version_line(parser.prog),
                         help="print the version and exit")
     return parser
@@ -293,7 +307,8 @@ def add_setting_flags(parser, names):
         key = KEYS[name]
         default = "" if key.default is None or callable(key.default) else f"; default {key.default}"
         rule = "" if key.kind in ("choice", "str") else "; " + key.requirement()[len("must be "):]
-        metavar = {"int": "N", "float": "SECONDS" if "timeout" in name else "N"}.get(
+        metavar = {"int": "N", "float": "SECONDS" if "timeout" in name or "time" in name
+                   else "USD" if "cost" in name else "N"}.get(
             key.kind, "CMD" if name.startswith("hooks.") else "NAME")
         text = provider_choices() if name == "provider" else key.help
         parser.add_argument(key.flag, choices=key.choices or None,

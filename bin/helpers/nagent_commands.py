@@ -7,9 +7,10 @@ the exit code. The prompt comes from nagent_cli.read_prompt. Flags that only mak
 together are checked first (`check_combinations`): --turn goes with --branch-conversation;
 --new (-n) goes with a prompt, never with --retry, a lifecycle flag or --file-edit. With --new,
 the selected conversation is archived (as --clear does) only after every check of the run has
-passed, right before the prompt runs. Inside a nagent shell action a prompt run and the
-commands that call a model are refused at once (nagent_cli.refuse_in_shell_action), naming the
-tags that do the same from the model's reply.
+passed, right before the prompt runs. --last, --action, --diff, --dry-run and a bare
+--conversation go with --changes or --rewind (ONLY_WITH), --turn also with them. Inside a
+nagent shell action a prompt run and the commands that call a model are refused at once
+(nagent_cli.refuse_in_shell_action), naming the tags that do the same from the model's reply.
 A prompt run reports through the events sinks nagent_output chooses (live display, streamed
 answer, --events lines); an error raised after the settings are resolved carries `context`
 (provider, model, conversation) for the --json and --events error output of nagent_cli.run_main.
@@ -21,16 +22,31 @@ another conversation of the same project was used recently (`continue_hint`).
 import os
 import sys
 
-from nagent_cli import (current_cwd, emit_json, load_settings, output_mode, read_prompt, redact,
+from nagent_cli import (current_cwd, emit_json, load_settings, output_mode, read_prompt, redacted,
                         refuse_in_shell_action, report_error)
 from nagent_errors import EXIT_CODES, NagentError, UsageError
 
 
+ONLY_WITH = {"last": ("changes", "rewind"), "action": ("rewind",), "diff": ("changes",),
+             "dry_run": ("rewind",), "with_conversation": ("rewind",)}
+
+
 def check_combinations(chosen, options):
     turn = options.get("turn")
-    if turn is not None and chosen != ["branch_conversation"]:
-        raise UsageError("--turn only applies to --branch-conversation", f"--turn {turn}",
-                         "nagent --branch-conversation [NAME] --turn N")
+    if turn is not None and chosen not in (["branch_conversation"], ["changes"], ["rewind"]):
+        raise UsageError("--turn only applies to --branch-conversation, --changes and --rewind",
+                         f"--turn {turn}", "nagent --branch-conversation [NAME] --turn N")
+    for name, commands in ONLY_WITH.items():
+        if options.get(name) not in (None, False) and chosen not in ([c] for c in commands):
+            flag = "--conversation (without a NAME)" if name == "with_conversation" else \
+                "--" + name.replace("_", "-")
+            raise UsageError(f"{flag} only applies to " + " and ".join(
+                "--" + c for c in commands), flag,
+                "give --conversation a NAME" if name == "with_conversation" else "see nagent --help")
+    picked = [name for name in ("turn", "action", "last") if options.get(name) not in (None, False)]
+    if chosen in (["changes"], ["rewind"]) and len(picked) > 1:
+        raise UsageError("choose one of --turn, --action and --last", ", ".join(
+            "--" + name for name in picked))
     if options.get("new"):
         if chosen:
             raise UsageError("--new runs a prompt in a fresh conversation; it takes no lifecycle flag",
@@ -102,7 +118,8 @@ def run_prompt(options, typed=None, during=None, warn=True):
     check_combinations([], options)
     mode = output_mode(options)
     if options.get("force"):
-        raise UsageError("--force only applies to --save-conversation", "", "see nagent --help")
+        raise UsageError("--force only applies to --save-conversation and --rewind", "",
+                         "see nagent --help")
     check_conversation(options, os.environ)  # a bad name or a missing file comes first
     if options.get("retry"):  # the loop finds the prompt, under the conversation's lock
         if options.get("prompt") or typed:
@@ -165,7 +182,8 @@ def run_session(session, prompt, source, options, mode, during=None):
             report_error(NagentError(data["error"].get("error", "run failed"),
                                      data["error"].get("value", ""), data["error"].get("fix", "")))
         out.events.emit("run_end", exit_code=outcome.exit_code, calls=outcome.run_stats.model_calls,
-                        totals=data["totals"], conversation=session.path)
+                        totals=data["totals"], conversation=session.path,
+                        budget=data.get("budget"))
         return outcome.exit_code
     finally:
         out.events.close()
@@ -179,17 +197,6 @@ def error_event(error, code):
     return dict({"value": "", "fix": "", "kind": kind, "exit_code": code}, **error)
 
 
-def redacted(value, secrets):
-    """`value` (JSON-shaped data) with every secret blanked in every string."""
-    if isinstance(value, str):
-        return redact(value, secrets)
-    if isinstance(value, dict):
-        return {key: redacted(item, secrets) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [redacted(item, secrets) for item in value]
-    return value
-
-
 def run_lifecycle(chosen, options):
     import nagent_lifecycle_commands as commands
     if chosen and chosen[0] in MODEL_COMMANDS:
@@ -200,8 +207,9 @@ def run_lifecycle(chosen, options):
                                                                         for c in chosen))
     if options.get("prompt") and chosen[0] not in ("edit_conversation", "send"):
         raise UsageError("a lifecycle flag takes no prompt", " ".join(options["prompt"]))
-    if options.get("force") and chosen[0] != "save_conversation":
-        raise UsageError("--force only applies to --save-conversation", "--" + chosen[0].replace("_", "-"))
+    if options.get("force") and chosen[0] not in ("save_conversation", "rewind"):
+        raise UsageError("--force only applies to --save-conversation and --rewind",
+                         "--" + chosen[0].replace("_", "-"))
     if output_mode(options) == "events":
         raise UsageError("--events applies to a prompt run", "--" + chosen[0].replace("_", "-"),
                          "use --json for a lifecycle command")

@@ -240,6 +240,18 @@ def _resolve_map(key, layers, warnings):
     return typed, source
 
 
+def _resolve_rules(key, layers, warnings):
+    """Every file's list, highest first: one file's rules never hide another's."""
+    found = []
+    for label, path, data in layers:
+        value = _lookup(data, key, path)
+        if value is not None and value[1] is not None:
+            found.append((label, path, value[1]))
+    typed = key.check([(path, value) for _, path, value in found], key.name, lambda unknown:
+                      warnings.append(f"unknown config key {unknown} (ignored)"))
+    return typed, Source(found[0][0], found[0][1]) if found else Source(DEFAULT)
+
+
 def _resolve_value(key, flags, layers):
     """(typed value, Source, how it was written) of a single-value row; the value is None when
     only the default applies."""
@@ -262,6 +274,8 @@ def resolve_settings(flags=None, environ=None):
     for key in SCHEMA:
         if key.kind == "map":
             values[key.name], sources[key.name] = _resolve_map(key, layers, warnings)
+        elif key.kind == "rules":
+            values[key.name], sources[key.name] = _resolve_rules(key, layers, warnings)
         else:
             values[key.name], sources[key.name] = _resolve_value(key, flags, layers)
 
@@ -403,6 +417,8 @@ def describe_settings(settings):
         elif key.name == "prices":
             for model, price in settings.prices.items():
                 rows.append((f"prices.{model}", dict(vars(price)), source))
+        elif key.name == "permissions":
+            rows += permission_rows(settings.permissions)
         else:
             rows.append((key.name, _shown(settings.value(key.name)), source))
             if key.name == "provider":
@@ -414,6 +430,17 @@ def describe_settings(settings):
                 if provider.api_key:
                     state = "api_key " + redacted_key(provider.api_key, settings.environ)
                 rows.append(("api key", state, "environment"))
+    return rows
+
+
+def permission_rows(rules):
+    """One --config row per permission rule: its decision, target, pattern, name, file."""
+    rows = []
+    for rule in rules:
+        shown = f'{rule.decision} {rule.target} "{rule.pattern}"'
+        if rule.name or rule.read_only:
+            shown += " (" + ", ".join(filter(None, (rule.name, rule.read_only and "read-only"))) + ")"
+        rows.append((f"permissions[{rule.index}]", shown, rule.source))
     return rows
 
 

@@ -10,8 +10,9 @@ Data contract
   Sections and Settings are built from the table, so adding a setting is adding one row.
 * Kinds: int, float (finite; bools are not numbers), bool, str (non-empty), choice, paths (a list
   of strings, kept as a tuple), map (an object checked by the row's `check(value, name, warn) ->
-  typed value`; `warn(dotted_name)` reports an unknown inner key). A callable default is computed
-  from the selected ProviderRow.
+  typed value`; `warn(dotted_name)` reports an unknown inner key), rules (a list in each file,
+  none replacing another: the row's `check([(path, value)] highest first, name, warn)` gets them
+  all). A callable default is computed from the selected ProviderRow.
 * `check_value(key, value, written, where, flag=False)` types one value or raises ConfigError
   (UsageError for a flag) naming the key as written and its allowed range; `unknown_keys(data)`
   lists the keys of one file's object that no row knows.
@@ -65,6 +66,8 @@ class Key(namedtuple("Key", _KEY_FIELDS, defaults=(None, "", None, False, (), ()
             return "must be a non-empty string"
         if self.kind == "map":
             return "must be an object"
+        if self.kind == "rules":
+            return "must be a list of rules"
         noun = "a whole number" if self.kind == "int" else "a number"
         if self.minimum is None:
             return f"must be {noun}"
@@ -109,6 +112,13 @@ def check_prices(value, name, warn):
             warn(f"{where}.{unknown}")
         prices[model] = Price(**numbers)
     return MappingProxyType(prices)
+
+
+def check_permissions(layers, name, warn):
+    if not layers:
+        return ()
+    from nagent_permissions import check_rules  # only configs that hold rules pay for the parser
+    return check_rules(layers, name, warn)
 
 
 def check_mcp_servers(value, name, warn):
@@ -196,6 +206,28 @@ SCHEMA = (
     Key("hooks.timeout", "float", 120.0, "seconds a hook may run", 0, True),
     Key("max_gate_refusals", "int", 3, "refusals by the response hook before the run stops", 1,
         aliases=("hooks.max_gate_refusals",), section="hooks", field="max_gate_refusals"),
+    Key("permissions", "rules", (), "permission rules: allow, confirm or deny shell commands, "
+        "paths and MCP tools (README: Permission rules)", section="", check=check_permissions),
+    Key("mode", "choice", "build", "plan: read and plan only, change nothing; build: work "
+        "(default)", choices=("build", "plan"), flag="--mode", section=""),
+    Key("max_cost", "float", None, "USD the whole run may spend, sub-agents and edit sessions "
+        "included", 0, True, flag="--max-cost", section="budget", field="max_cost"),
+    Key("max_tokens", "int", None, "tokens (in + out) the whole run may use, sub-agents and edit "
+        "sessions included", 1, flag="--max-tokens", section="budget", field="max_tokens"),
+    Key("max_time", "float", None, "seconds the whole run may take (wall clock)", 0, True,
+        flag="--max-time", section="budget", field="max_time"),
+    Key("snapshots.enabled", "bool", True, "snapshot the project before each turn and each "
+        "file-changing action, for --changes and --rewind"),
+    Key("snapshots.max_file_bytes", "int", 10 << 20, "larger files are recorded as skipped, not "
+        "copied", 1),
+    Key("snapshots.max_files", "int", 20_000, "outside a git repository: most files of the "
+        "working directory tree snapshotted", 1),
+    Key("snapshots.max_bytes", "int", 512 << 20, "outside a git repository: most bytes one "
+        "snapshot copies", 1),
+    Key("snapshots.keep_days", "float", 30.0, "snapshots older than this many days are pruned",
+        0, True),
+    Key("snapshots.keep_turns", "int", 200, "snapshots of turns before the last this many of the "
+        "project are pruned", 1),
 )
 KEYS = {key.name: key for key in SCHEMA}
 FIXED = ("provider", "model")   # resolved together: Settings.provider (a ProviderRow) and .model

@@ -14,10 +14,12 @@ Data contract:
   "bytes", "cut"}); `warnings` lines for the user (project tools not run); `root` the project
   root found (its realpath), else the working directory's realpath: where the conversation
   starts (nagent_project_conversations). `meta` is what the conversation's meta record keeps.
-- `shell_facts(sandbox, network, writable, approval)` -> (key, value) facts: with the bwrap
-  sandbox, whether the network is on and which trees are writable (the working directory, then
-  `writable`: the caller passes nagent_sandbox.writable_dirs but cwd); with approval confirm or
-  deny, what that means. Nothing for no sandbox and approval auto.
+- `shell_facts(sandbox, network, writable, approval, mode, read_only)` -> (key, value) facts: in
+  plan mode what that allows (`read_only`: the trees a bwrap sandbox holds read-only; empty: no
+  sandbox, only read-only commands run); with the bwrap sandbox, whether the network is on and
+  which trees are writable (the working directory unless plan mode holds it, then `writable`:
+  the caller passes nagent_sandbox.writable_dirs but cwd); with approval confirm or deny, what
+  that means. Nothing for build mode, no sandbox and approval auto.
 - `build_initial_context(mode, environ, cwd, now, tools, file_edit, mcp_servers, options, shell,
   secret_names)` ->
   InitialContext. `tools` is discover_tools() output ([{name, description}]); None discovers
@@ -207,14 +209,26 @@ APPROVAL_FACTS = {
 }
 
 
-def shell_facts(sandbox="none", network=False, writable=(), approval="auto"):
-    """(key, value) session facts on how <nagent-shell> commands run: the bwrap sandbox (network,
-    the writable trees besides the working directory, which always is) and an approval other
-    than auto; none for the defaults."""
+PLAN_FACT = ("plan: read, run read-only commands and plan; change nothing. {shell} <nagent-write> "
+             "and edits are refused outside the temp roots. Your final <nagent-response> is the "
+             "plan; the user carries it out with `nagent --mode build`.")
+PLAN_SHELL = {True: "Shell commands run in a bwrap sandbox where the project is read-only.",
+              False: "Only read-only shell commands run (ls, cat, grep, rg, find without actions, "
+                     "git log/diff/status/show, and commands the user marked read-only)."}
+
+
+def shell_facts(sandbox="none", network=False, writable=(), approval="auto", mode="build",
+                read_only=()):
+    """(key, value) session facts on how <nagent-shell> commands run: the mode when it is plan,
+    the bwrap sandbox (network, the writable trees: the working directory unless plan mode holds
+    it read-only, then `writable`) and an approval other than auto; none for the defaults."""
     facts = []
+    if mode == "plan":
+        facts.append(("mode", PLAN_FACT.format(shell=PLAN_SHELL[bool(read_only)])))
     if sandbox == "bwrap":
+        trees = writable if read_only else ("the working directory", *writable)
         facts.append(("shell sandbox", f"bwrap, network {'on' if network else 'off'}; writable: "
-                      + ", ".join(("the working directory", *writable)) + "; everything else read-only, "
+                      + (", ".join(trees) or "none") + "; everything else read-only, "
                       "~/.nagent hidden (its bin/ tools still run); environment: an allowlist of "
                       "variables only"))
     if approval in APPROVAL_FACTS:

@@ -7,14 +7,13 @@ raising BusyError; `release_lock(fd)` lets it go; `conversation_lock(path, timeo
 context manager. `is_busy(path)` is True when a run (in any process, this one included: flock
 conflicts between descriptors) holds it. The lock file stays in place: deleting lock files races.
 """
-import errno
 import fcntl
 import os
 from contextlib import contextmanager
-from time import monotonic, sleep
 
 from nagent_conversation_layout import lock_path
 from nagent_errors import BusyError, InputError
+from nagent_fs import hold_flock
 
 BUSY_FIX = "another nagent run is using it; wait or use --conversation NAME"
 
@@ -25,23 +24,12 @@ def acquire_lock(path, timeout=3.0, poll=0.05):
     lock = lock_path(path)
     try:
         os.makedirs(os.path.dirname(lock), mode=0o700, exist_ok=True)
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        fd = hold_flock(lock, timeout, poll)
     except OSError as error:
         raise InputError("cannot lock conversation", path, error.strerror or str(error))
-    deadline = monotonic() + max(0.0, timeout or 0.0)
-    while True:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return fd
-        except OSError as error:
-            if error.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
-                os.close(fd)
-                raise InputError("cannot lock conversation", path, error.strerror or str(error))
-        left = deadline - monotonic()
-        if left <= 0:
-            os.close(fd)
-            raise BusyError("conversation is busy", path, BUSY_FIX)
-        sleep(min(poll, left))
+    if fd is None:
+        raise BusyError("conversation is busy", path, BUSY_FIX)
+    return fd
 
 
 def release_lock(fd):

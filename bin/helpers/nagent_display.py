@@ -74,19 +74,28 @@ def files_text(files, added, removed):
     return f"{files} file{'s' if files != 1 else ''} changed, +{added} {MINUS}{removed}"
 
 
-def summary_line(totals, seconds, files=""):
+def summary_line(totals, seconds, files="", budget=None):
     """The closing line: model calls (nested nagents' included), input with cached share, output,
-    cost, the files changed, wall time."""
+    cost, the files changed, wall time; with a budget, each capped figure beside its cap."""
+    budget = budget or {}
     calls = int(totals.get("model_calls") or 0)
     inputs = int(totals.get("input_tokens") or 0)
     cached = int(totals.get("cache_read_tokens") or 0)
     share = f" ({cached / inputs:.0%} cached)" if inputs else ""
     cost = totals.get("cost_usd")
     money = "cost unknown" if cost is None else f"${cost:.4f}"
+    if budget.get("max_cost") is not None:
+        money += f" of ${budget['max_cost']:g}"
     estimated = " (estimated)" if totals.get("estimated") else ""
+    tokens = ""
+    if budget.get("max_tokens") is not None:
+        tokens = f" · {human_count(int(budget.get('tokens') or 0))} of " \
+                 f"{human_count(int(budget['max_tokens']))} tokens"
+    wall = f"{seconds:.1f} s" + (f" of {budget['max_time']:g} s" if budget.get("max_time")
+                                 is not None else "")
     return (f"{calls} model call{'s' if calls != 1 else ''} · {human_count(inputs)} in{share} · "
-            f"{human_count(int(totals.get('output_tokens') or 0))} out{estimated} · {money} · "
-            + (f"{files} · " if files else "") + f"{seconds:.1f} s")
+            f"{human_count(int(totals.get('output_tokens') or 0))} out{estimated} · {money}"
+            f"{tokens} · " + (f"{files} · " if files else "") + wall)
 
 
 def retry_line(event):
@@ -343,7 +352,8 @@ class Display:
         if totals.get("model_calls") or event.get("calls") or self.changed:
             files = files_text(len(self.changed), sum(a for a, _ in self.changed.values()),
                                sum(r for _, r in self.changed.values()))
-            self.line("● " + summary_line(totals, self.clock() - self.started, files), "bold")
+            self.line("● " + summary_line(totals, self.clock() - self.started, files,
+                                          event.get("budget")), "bold")
 
     def close(self):
         if self._thread is not None:

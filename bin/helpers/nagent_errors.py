@@ -23,6 +23,7 @@ EXIT_CODES = {
     "refused": 10,       # a safety check refused (hash mismatch, write boundary)
     "incomplete": 11,    # a result was produced but is incomplete (a reply cut by the output limit)
     "gate": 12,          # the response hook refused the final response max_gate_refusals times
+    "budget": 13,        # the run tree reached --max-cost, --max-tokens or --max-time
     "interrupted": 130,  # Ctrl-C / SIGINT
     "hangup": 129,       # SIGHUP (the terminal went away): 128 + 1
     "terminated": 143,   # SIGTERM (kill, a parent's timeout): 128 + 15
@@ -93,6 +94,11 @@ class ProtocolFailure(NagentError):
 
 class LimitError(NagentError):
     kind = "limit"
+
+
+class BudgetError(LimitError):
+    """The run tree's budget is spent: no new model call starts (nagent_budget)."""
+    kind = "budget"
 
 
 class RefusedError(NagentError):

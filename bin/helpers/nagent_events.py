@@ -38,8 +38,9 @@ EVENT_FIELDS = {
     "file_change": ("index", "path", "added", "removed", "diff", "truncated", "sha256_before",
                     "sha256_after"),
     "response": ("text", "valid", "accepted"),
+    "snapshot": ("id", "files", "phase", "turn"),
     "error": ("error", "value", "fix", "kind", "exit_code"),
-    "run_end": ("exit_code", "calls", "totals", "conversation"),
+    "run_end": ("exit_code", "calls", "totals", "conversation", "budget"),
 }
 DELTA_TYPES = ("reply_delta",)
 

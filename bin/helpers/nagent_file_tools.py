@@ -27,6 +27,8 @@ limit):
   private, its index.json is byte for byte what was recorded, and the recorded source is
   writable in the current mode; the tool is told the recorded source and hash
   (--expect-source/--expect-sha256). After "applied" the registry takes the new hashes.
+- `registered_source(index_path, ctx)`: the recorded source of that split, or None (what the
+  permission rules judge a patch by).
 - `describe_split(outcome) -> str`: the result text the model reads: one line per segment
   (`- path: lines a-b, n bytes`, then `; starts|ends|starts and ends mid-line (cut ...)` and
   `; inside: <construct's first line>` when the splitter recorded them).
@@ -322,6 +324,16 @@ def describe_split(outcome):
 
 def _refuse(shown, reason):
     return RefusedError("patch refused", shown, reason)
+
+
+def registered_source(index_path, ctx):
+    """The source file of the split nagent made whose index is `index_path` (its own registry's
+    record), or None when it made none."""
+    real = os.path.realpath(index_path)
+    if os.path.isdir(real):
+        real = os.path.join(real, INDEX_NAME)
+    entry = registry_lib.find_by_index(registry_lib.load(_state_dir(ctx)), real)
+    return entry["source"] if entry else None
 
 
 def patch_registered(index_path, ctx, shown=None):

@@ -21,6 +21,10 @@ Data contract:
   FOLLOWS symlinks (realpath, then stat, as regular_file_stat), so a link and its target share
   one id. The write policy takes the id of an lstat instead, but refuses a symlink before it
   compares ids, so both name the same file.
+- `hold_flock(lock_file, timeout, poll=0.05) -> fd | None`: an fd of `lock_file` (created 0600)
+  holding its exclusive fcntl.flock, polling up to `timeout` seconds; None when it stays taken
+  (OSError for any other failure). The one polling lock every lock of nagent's own state uses
+  (a conversation's, a snapshot store's); `os.close(fd)` lets it go.
 - `read_regular(path, limit) -> bytes | None`: up to `limit` bytes of `path` when it is a regular
   file; None for anything else (a symlink is not followed, a FIFO never blocks) or when it
   cannot be read. For small state files other processes of the user can plant (run files, inbox
@@ -28,8 +32,10 @@ Data contract:
 Only cheap stdlib is imported at module level; hashlib loads on the first digest.
 """
 import errno
+import fcntl
 import os
 import stat
+from time import monotonic, sleep
 
 from nagent_errors import InputError
 
@@ -109,6 +115,24 @@ def write_unique(base, data, mode=0o600):
         except FileExistsError:
             continue
     raise InputError("too many files with the same name", base, "clean up old side files")
+
+
+def hold_flock(lock_file, timeout, poll=0.05):
+    fd = os.open(lock_file, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    deadline = monotonic() + max(0.0, timeout or 0.0)
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except OSError as error:
+            if error.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                os.close(fd)
+                raise
+        left = deadline - monotonic()
+        if left <= 0:
+            os.close(fd)
+            return None
+        sleep(min(poll, left))
 
 
 def read_regular(path, limit):

@@ -58,8 +58,8 @@ def _cost(value):
 
 def status(options, settings):
     """Path, size, prompts and model calls (apart: a turn is a user prompt), token and cost
-    totals, the last run and call, the window chain, the checkpoint, and the provider, model
-    and config files in effect. Reads only the file's tail (and one tail per earlier window)."""
+    totals, the last run and call, the window chain, the checkpoint, the provider, model
+    and config files in effect, and the size of this project's snapshot store. Reads only the file's tail (and one tail per earlier window)."""
     from nagent_conversation_tail import read_tail_summary, window_chain
     path = selected_path(options, read_only=True)
     summary = read_tail_summary(path) if path else {}
@@ -94,10 +94,12 @@ def status(options, settings):
                      f"({totals['cache_read_share']:.0%}) write {totals.get('cache_write_tokens', 0)}")
         lines.append("cost: " + _cost(totals.get("cost_usd")))
     run = data["last_run"]
+    caps = data["last_run_budget"] = stats.get("budget") if stats else None
     if run:
+        used = run.get("input_tokens", 0) + run.get("output_tokens", 0)
         lines.append(f"last run: {run['calls']} calls, in {run.get('input_tokens', 0)} "
                      f"out {run.get('output_tokens', 0)}, cache read {run['cache_read_share']:.0%}, "
-                     "cost " + _cost(run.get("cost_usd")))
+                     "cost " + _cost(run.get("cost_usd")) + _caps_text(caps, used))
     call = data["last_call"]
     if call:
         elapsed = call.get("elapsed")
@@ -114,6 +116,14 @@ def status(options, settings):
     lines.append(f"provider: {data['provider']}, model {data['model']}")
     files = ", ".join(f"{item['path']} from {item['layer']}" for item in data["config_files"])
     lines.append("config files: " + (files or "none, defaults only"))
+    from nagent_snapshot_layout import status_of
+    try:
+        data["snapshots"] = status_of(os.getcwd(), dict(os.environ))
+    except OSError:   # the working directory is gone: no project to speak of
+        data["snapshots"] = None
+    if data["snapshots"]:
+        lines.append(f"snapshots: {human_size(data['snapshots']['bytes'])} for "
+                     f"{data['snapshots']['project']} in {data['snapshots']['store']}")
     from nagent_project_commands import recorded_context_files, status_lines
     data["context_files"] = recorded_context_files(path) if path else None
     lines += status_lines(data["context_files"], data["exists"])
@@ -259,12 +269,19 @@ def list_file_edits(options, settings):
 
 def config(options, settings):
     """`nagent --config`: every setting in effect with its source (flag, NAGENT_CONFIG,
-    ~/.nagent/config.json, default); keys are never shown."""
+    ~/.nagent/config.json, default), every permission rule with its file (the project's too),
+    the guard; keys are never shown."""
     import json
-    from nagent_config import describe_settings
-    rows = describe_settings(settings)
+    from nagent_config import describe_settings, permission_rows
+    rules = settings.permissions + project_rules(settings)
+    rows = describe_settings(settings) + permission_rows(rules[len(settings.permissions):])
+    rows.append(("destructive-command guard", "on (asks on a terminal, refuses headless; an exact "
+                 "allow rule lets one form through)", "always"))
     data = {"settings": [{"key": name, "value": value, "source": source}
                          for name, value, source in rows],
+            "permissions": [{"decision": r.decision, "target": r.target, "pattern": r.pattern,
+                             "name": r.name or None, "read_only": r.read_only, "source": r.source}
+                            for r in rules],
             "files": [{"layer": layer, "path": path} for layer, path in settings.files],
             "warnings": list(settings.warnings)}
     shown = [(name, value if isinstance(value, str) else json.dumps(value), source)
@@ -279,6 +296,33 @@ def config(options, settings):
     data["context"], context_lines = config_context(settings)
     lines += context_lines
     return data, "\n".join(lines)
+
+
+def project_rules(settings):
+    """The rules of the project's .nagent/permissions (the working directory's project); the
+    rule parser is imported only when such a file is there."""
+    from nagent_cli import current_cwd
+    from nagent_project import find_project, has_permissions_file
+    if not has_permissions_file(current_cwd()):
+        return ()
+    from nagent_permissions import load_project_rules
+    environ = dict(settings.environ) if settings.environ else dict(os.environ)
+    project = find_project(current_cwd(), environ)
+    return load_project_rules(project.root if project else None)
+
+
+def _caps_text(caps, tokens):
+    """" of $1 (max_cost), 4.2k of 10k tokens (max_tokens)": the last run's caps beside it."""
+    if not caps:
+        return ""
+    parts = []
+    if caps.get("max_cost") is not None:
+        parts.append(f" of ${caps['max_cost']:g} (max_cost)")
+    if caps.get("max_tokens") is not None:
+        parts.append(f", {tokens} of {caps['max_tokens']:g} tokens (max_tokens)")
+    if caps.get("max_time") is not None:
+        parts.append(f", max_time {caps['max_time']:g} s")
+    return "".join(parts)
 
 
 def list_models(options, settings):
@@ -329,6 +373,16 @@ def trust(options, settings):
 def list_skills(options, settings):
     from nagent_project_commands import list_skills as list_here
     return list_here(options, settings)
+
+
+def changes(options, settings):
+    from nagent_snapshot_commands import changes as changes_here
+    return changes_here(options, settings)
+
+
+def rewind(options, settings):
+    from nagent_snapshot_commands import rewind as rewind_here
+    return rewind_here(options, settings)
 
 
 def resume(options, settings):

@@ -31,24 +31,29 @@ As it goes the run emits events (nagent_events; `events` None is quiet): run_sta
 model_call_start/end, reply_delta (only when a sink wants deltas: the calls are then
 streamed), retry, reply (valid, final), note, action_start/end, agents (the running children of a
 batch, whenever they or what they do change; an empty list when the batch is over) and
-response (once a response hook, if any, accepted it). The caller emits error and run_end. Nothing here prints
-but the initial context's warnings.
+response (once a response hook, if any, accepted it), and snapshot (nagent_run_snapshots: the
+project tree is snapshotted at the turn's start, while its first model call runs, and before
+and after each action that can change files; each user prompt record carries a `turn_id`
+naming the turn for them). The caller emits error and run_end. Nothing here prints but the
+initial context's warnings.
 """
 import json
+import os
 import sys
 from dataclasses import dataclass, replace
 
 from nagent_accounting import TokenStats
 from nagent_conversation import ConversationWriter, utc_now
-from nagent_errors import (EXIT_CODES, ExitSignal, LimitError, NagentError, ProtocolFailure,
-                           ProviderError, UsageError)
+from nagent_errors import (EXIT_CODES, BudgetError, ExitSignal, LimitError, NagentError,
+                           ProtocolFailure, ProviderError, UsageError)
 from nagent_loop_actions import process_tags, repeated_too_often
 from nagent_procs import exit_signals
 from nagent_project_conversations import new_origin, origin_in, record_use
 from nagent_requests import build_request
 from nagent_run import DeltaRedactor, Run
 from nagent_run_presence import deliver_inbox, late_messages, progress, registered
-from nagent_run_records import (CONTINUATION_ATTRS, CONTINUE_TEXT, failed_prompt, failure_marker)
+from nagent_run_records import (CONTINUATION_ATTRS, CONTINUE_TEXT, failed_prompt, failure_marker,
+                                mode_note)
 from nagent_window import maybe_compact
 
 
@@ -70,13 +75,17 @@ class RunOutcome:
     error: dict | None = None
     valid: bool = True  # False: `response` is the text of a reply outside the tag protocol
     accepted: bool = True  # False: the response hook refused `response` (exit 12)
+    budget: dict | None = None  # the run tree's caps and what it spent (nagent_budget.report)
 
     def as_dict(self):
-        return {"response": self.response, "valid": self.valid, "accepted": self.accepted,
+        data = {"response": self.response, "valid": self.valid, "accepted": self.accepted,
                 "exit_code": self.exit_code,
                 "conversation": self.conversation, "model_calls": self.model_calls,
                 "totals": self.run_stats.as_dict(), "conversation_totals": self.conversation_stats.as_dict(),
                 "error": self.error}
+        if self.budget is not None:
+            data["budget"] = self.budget
+        return data
 
 
 @dataclass(frozen=True)
@@ -121,8 +130,10 @@ def call_llm(run, purpose="reply"):
     run.calls += 1
     progress(run, f"model call {run.calls}")
     try:
+        client = run.provider_client()
+        turn_snapshots(run).model_call()   # the turn's first snapshot runs while the model works
         result = nagent_llm.generate(request, session.settings, on_retry=on_retry,
-                                     client=run.provider_client(),
+                                     client=client,
                                      on_text=deltas.feed if deltas else None)
     except ProviderError as error:
         run.append("error", error.line(), {"status": str(error.status or error.error_type)})
@@ -194,18 +205,40 @@ def _run(run, prompt, source):
     except KeyboardInterrupt:
         text, attrs = interrupt_record(run, "The user interrupted the previous run (Ctrl-C).")
         run.append("interrupt", text, attrs)
+        end_snapshot(run)
         return outcome(run, None, EXIT_CODES["interrupted"], error={"error": "interrupted"})
     except ExitSignal as stop:
         # A running shell command's group (and a sub-agent's tree) was ended on the way out.
         text, attrs = interrupt_record(run, f"The previous run was ended by {stop.name}.")
         run.append("interrupt", text, attrs)
+        end_snapshot(run)
         return outcome(run, None, stop.exit_code, error={"error": f"ended by {stop.name}"})
+    end_snapshot(run)
     late = late_messages(run)
     if late:
         run.emit("note", text=f"{late} message(s) for this conversation (--send, or typed in a "
                               "session) arrived after the last model call; they are delivered "
                               "at the start of the next run")
     return done
+
+
+def turn_snapshots(run):
+    """The turn's snapshots (nagent_run_snapshots), made as its first model call goes out: their
+    modules are not needed before the first request."""
+    if run.snapshots is None:
+        from nagent_run_snapshots import RunSnapshots
+        run.snapshots = RunSnapshots(run.session, run.emit, run.append, run.turn_id, run.prompts)
+    return run.snapshots
+
+
+def end_snapshot(run):
+    """Close an action a Ctrl-C cut short; a second Ctrl-C or signal meanwhile only skips it."""
+    if run.snapshots is None:
+        return
+    try:
+        run.snapshots.end_turn()
+    except (KeyboardInterrupt, ExitSignal):
+        pass
 
 
 def interrupt_record(run, text):
@@ -251,7 +284,7 @@ def follows_project(session):
 
 def outcome(run, response, code, error=None, valid=True):
     return RunOutcome(response, code, run.session.path, run.run_stats.model_calls, run.run_stats,
-                      run.conv_stats, error, valid)
+                      run.conv_stats, error, valid, budget=run.budget_report())
 
 
 def failed(run, error, response=None):
@@ -324,8 +357,15 @@ def reply_attrs(reply):
 def _loop(run, prompt, source):
     limits = run.session.limits
     start_conversation(run)
-    run.append("prompt", prompt, {"source": source})
+    mode = getattr(run.session, "mode", "build")
+    note = mode_note(run.writer.records(), mode)
+    if note:
+        run.append("system", note, {"mode": mode})
+    turn_id = os.urandom(8).hex()   # names this turn for its snapshots (--changes, --rewind)
+    run.append("prompt", prompt, {"source": source, "turn_id": turn_id,
+                                **({"mode": mode} if mode == "plan" else {})})
     run.emit("prompt", text=run.redact(prompt), source=source)
+    run.turn_id = turn_id
     streak_calls = 0  # model calls since the last valid reply
     while True:
         deliver_inbox(run)   # a turn boundary: messages sent with --send come in here
@@ -387,7 +427,14 @@ def _loop(run, prompt, source):
 
 
 def final_summary(run, reason):
-    """Stop spinning: ask once for a final summary, print it, and exit with the limit code."""
+    """Stop spinning: ask once for a final summary, print it, and exit with the limit code. A
+    spent budget starts no call: the run stops with what it has."""
+    if isinstance(reason, BudgetError):
+        text = (f"The run stopped: {reason.what} ({reason.value}). Nothing was asked of the model "
+                "after that; the conversation keeps every step.")
+        run.append("system", f"<system>{text}</system>")
+        run.emit("note", text=f"stopping: {reason.what} ({reason.value})")
+        return answered(run, None, reason.exit_code, reason.as_dict())
     run.append("system", f"<system>Stop here ({reason.what}). Reply now with only a "
                "<nagent-response> summarising what was done, what is left, and why you stopped."
                "</system>")

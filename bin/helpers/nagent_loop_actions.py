@@ -7,10 +7,12 @@ Data contract: `process_tags(run, actions)` runs `actions` (parsed, non-response
 outcome announced (action_end, then one file_change event per file it changed outside the temp
 roots: path, added, removed, the diff cut at EVENT_DIFF_LINES lines with a note, `truncated`,
 sha256 before and after) and recorded (hook record, result, continuation prompt, a nested
-nagent's totals folded in, a cut-off child remembered); a batch runs concurrently
-(nagent_actions.process_agents), is a barrier for what follows, appends results in tag order
-and emits "agents" events while its children run. `repeated_too_often(run, actions, limit)`
-is the repeated-action guard's count (run.recent_actions). Nothing here prints.
+nagent's totals folded in, a cut-off child remembered); an action that can change files gets a
+snapshot before and after it (run.snapshots, nagent_run_snapshots; a batch one pair for the
+batch). A batch runs concurrently (nagent_actions.process_agents), is a barrier for what
+follows, appends results in tag order and emits "agents" events while its children run.
+`repeated_too_often(run, actions, limit)` is the repeated-action guard's count
+(run.recent_actions). Nothing here prints.
 """
 import time
 
@@ -38,10 +40,12 @@ def repeated_too_often(run, actions, limit):
 
 
 def record_outcome(run, action, outcome):
+    """Append what the action left; returns its result record (None when it has none)."""
+    result = None
     if outcome.hook:
         run.append("hook", *outcome.hook.record())
     if outcome.block:
-        run.append("result", outcome.block, {"action": action.kind})
+        result = run.append("result", outcome.block, {"action": action.kind})
     if outcome.prompt is not None:
         run.append("prompt", outcome.prompt, {"source": "next"})
     if outcome.child:
@@ -50,6 +54,18 @@ def record_outcome(run, action, outcome):
         run.record_stats()
     if outcome.cut_off:
         run.cut_off.append(outcome.cut_off)
+    return result
+
+
+def snapshot_before(run, action, summary):
+    """The snapshot before an action that can change files (nagent_run_snapshots)."""
+    return run.snapshots.before_action(action, summary) if run.snapshots else None
+
+
+def snapshot_after(run, entry_id, result):
+    """The snapshot that closes the action (`result`: its result record, or None)."""
+    if run.snapshots and entry_id is not None:
+        run.snapshots.after_action(entry_id, None if result is None else result.seq)
 
 
 def action_groups(actions):
@@ -63,11 +79,15 @@ def action_groups(actions):
     return groups
 
 
-def start_action(run, action):
-    """Announce an action: (its index in the run, its redacted one-line summary)."""
+def summary_of(run, action):
+    """An action's redacted one-line summary."""
     from nagent_action_view import action_summary  # off start-up: needed once actions come
+    return run.redact(action_summary(action))
+
+
+def start_action(run, action, summary):
+    """Announce an action: (its index in the run, its summary)."""
     run.actions_run += 1
-    summary = run.redact(action_summary(action))
     run.emit("action_start", index=run.actions_run, kind=action.kind, summary=summary)
     return run.actions_run, summary
 
@@ -88,18 +108,20 @@ def process_tags(run, actions):
     """Run the actions in reply order, appending each result (and any continuation prompt); a
     batch of agents runs concurrently and is a barrier, its results appended in tag order."""
     from nagent_actions import process_action
-    ctx = run.session.action_context
     for group in action_groups(actions):
+        ctx = run.action_context(len(group))   # what is left of the budget, shared by the group
         if group[0].kind in BATCHED:
             run_batch(run, group, ctx)
             continue
         action = group[0]
-        start = start_action(run, action)
+        summary = summary_of(run, action)
+        snapshot = snapshot_before(run, action, summary)
+        start = start_action(run, action, summary)
         progress(run, f"{action.kind}: {start[1]}")
         began = time.monotonic()
         outcome = process_action(action, ctx)
         end_action(run, action, start, outcome, time.monotonic() - began)
-        record_outcome(run, action, outcome)
+        snapshot_after(run, snapshot, record_outcome(run, action, outcome))
 
 
 def run_batch(run, group, ctx):
@@ -108,14 +130,19 @@ def run_batch(run, group, ctx):
     "agents" event whenever the running children or what they do changes (the display's table
     of children)."""
     from nagent_actions import process_agents
+    summaries = [summary_of(run, action) for action in group]
+    more = f" (and {len(group) - 1} more)" if len(group) > 1 else ""
+    snapshot = snapshot_before(run, group[0], summaries[0] + more)
     began = time.monotonic()
-    starts = [start_action(run, action) for action in group]
+    starts = [start_action(run, action, summary) for action, summary in zip(group, summaries)]
     progress(run, f"{group[0].kind}s: {len(group)}")
     shown = []
 
+    results = []
+
     def ready(position, outcome):
         end_action(run, group[position], starts[position], outcome, time.monotonic() - began)
-        record_outcome(run, group[position], outcome)
+        results.append(record_outcome(run, group[position], outcome))
 
     def watch(views):
         progress(run, f"{group[0].kind}s: {len(views)} of {len(group)} running")
@@ -131,3 +158,4 @@ def run_batch(run, group, ctx):
         process_agents(group, ctx, ready, watch)
     finally:
         run.emit("agents", running=[], total=len(group))
+    snapshot_after(run, snapshot, results[0] if results else None)

@@ -20,11 +20,22 @@ DESCRIPTION = "Main agent loop: run a prompt against the conversation file for t
 
 LIFECYCLE = ("status", "clear", "save_conversation", "load_conversation", "branch_conversation",
              "list_conversations", "summarize", "edit_conversation", "list_models", "list_file_edits",
-             "compact", "config", "trust", "list_skills", "ps", "send", "resume")
+             "compact", "config", "trust", "list_skills", "ps", "send", "changes", "rewind",
+             "resume")
 
 
 def build_parser():
     import argparse
+
+    class ConversationFlag(argparse.Action):
+        """--conversation NAME selects a conversation; a bare --conversation (with --rewind)
+        asks for the conversation to go back too. Both may be given."""
+        def __call__(self, parser, namespace, values, option_string=None):
+            if values is None:
+                namespace.with_conversation = True
+            else:
+                namespace.conversation = values
+
     from nagent_cli import PROVIDER_FLAGS, add_output_flags, add_setting_flags, argument_parser
     parser = argument_parser(prog=PROG, description=DESCRIPTION,
                              epilog="The prompt comes from argv, piped stdin, or argv text then stdin "
@@ -40,7 +51,10 @@ def build_parser():
     add_output_flags(parser)
     parser.add_argument("--description", action="store_true", help="print a one-line description")
     where = parser.add_argument_group("conversation")
-    where.add_argument("--conversation", metavar="NAME", help="use the named conversation")
+    where.add_argument("--conversation", metavar="NAME", nargs="?", action=ConversationFlag,
+                       help="use the named conversation; bare, with --rewind: rewind the "
+                            "conversation too (back to the turns before)")
+    parser.set_defaults(with_conversation=False)
     where.add_argument("--pid", help="conversation id instead of this shell's, see the README")
     where.add_argument("--file-edit", metavar="PATH", help="per-file edit session on PATH")
     where.add_argument("-c", "--continue", action="store_true",
@@ -56,13 +70,15 @@ def build_parser():
     life.add_argument("--clear", action="store_true", help="start afresh; the old file is archived")
     life.add_argument("--save-conversation", metavar="NAME", help="save a copy under NAME")
     life.add_argument("--force", action="store_true",
-                      help="with --save-conversation: replace an existing NAME, archiving it first")
+                      help="with --save-conversation: replace an existing NAME, archiving it "
+                           "first; with --rewind: also files someone else changed, keeping a "
+                           "copy of each")
     life.add_argument("--load-conversation", metavar="NAME", help="archive current, load NAME")
     life.add_argument("--branch-conversation", metavar="NAME", nargs="?", const="",
                       help="new current conversation from NAME, or from the current one")
     life.add_argument("--turn", type=int, metavar="N",
                       help="with --branch-conversation: keep the first N turns, a turn being one "
-                           "user prompt and what followed it")
+                           "user prompt and what followed it; with --changes or --rewind: turn N")
     life.add_argument("--list-conversations", action="store_true",
                       help="every conversation: current, saved and archived, one row each")
     life.add_argument("--summarize", action="store_true", help="LLM summary of the conversation")
@@ -74,6 +90,20 @@ def build_parser():
     life.add_argument("--list-file-edits", action="store_true", help="this shell's per-file edit index")
     life.add_argument("--config", action="store_true",
                       help="print the settings in effect and where each comes from, keys redacted")
+    rewind = parser.add_argument_group("the project's files (snapshots)")
+    rewind.add_argument("--changes", action="store_true",
+                        help="what the agent changed in the project, per turn and per action "
+                             "(diffstat; --diff for the diff, --turn N or --last for one turn)")
+    rewind.add_argument("--rewind", action="store_true",
+                        help="put the project's files back as they were before the last turn "
+                             "(--turn N, --action SEQ); created files are archived, never "
+                             "deleted; a second --rewind undoes it")
+    rewind.add_argument("--last", action="store_true", help="with --changes: the last turn only")
+    rewind.add_argument("--action", type=int, metavar="SEQ",
+                        help="with --rewind: back to before the action whose result is record SEQ")
+    rewind.add_argument("--diff", action="store_true", help="with --changes: the full diff")
+    rewind.add_argument("--dry-run", action="store_true",
+                        help="with --rewind: show what would change, change nothing")
     running = parser.add_argument_group("running instances")
     running.add_argument("--ps", action="store_true",
                          help="running nagent instances (sub-agents under their parent), with what "
@@ -90,13 +120,16 @@ def build_parser():
     run = parser.add_argument_group("run")
     add_setting_flags(run, PROVIDER_FLAGS + ("max_calls", "shell.approval", "shell.sandbox",
                                              "shell.timeout", "hooks.response",
-                                             "max_parallel_agents"))
+                                             "max_parallel_agents", "mode", "max_cost",
+                                             "max_tokens", "max_time"))
     run.add_argument("--retry", action="store_true", help="re-run the last prompt, when its run failed")
     # Set by a parent nagent for its sub-agents: accepted, never shown.
     parser.add_argument("--invocation", choices=("user", "delegated"), default="user",
                         help=argparse.SUPPRESS)
     parser.add_argument("--parent-conversation", metavar="PATH", help=argparse.SUPPRESS)
     parser.add_argument("--depth", type=int, default=0, help=argparse.SUPPRESS)
+    # What is left of the parent run's budget (nagent_budget): only the driver passes it.
+    parser.add_argument("--budget", help=argparse.SUPPRESS)
     return parser
 
 

@@ -44,12 +44,15 @@ def build_parser():
     parser.add_argument("--pid", help="per-shell index id; default: this shell's")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--description", action="store_true", help="print a one-line description")
-    add_setting_flags(parser, ("max_calls", "shell.approval", "shell.sandbox") + PROVIDER_FLAGS)
+    add_setting_flags(parser, ("max_calls", "shell.approval", "shell.sandbox", "mode", "max_cost",
+                               "max_tokens", "max_time") + PROVIDER_FLAGS)
     # Set by a parent nagent for the sessions it starts: accepted, never shown.
     parser.add_argument("--invocation", choices=("user", "delegated"), default="user",
                         help=argparse.SUPPRESS)
     parser.add_argument("--parent-conversation", metavar="PATH", help=argparse.SUPPRESS)
     parser.add_argument("--depth", type=int, default=0, help=argparse.SUPPRESS)
+    # What is left of the parent run's budget (nagent_budget): only the driver passes it.
+    parser.add_argument("--budget", help=argparse.SUPPRESS)
     return parser
 
 

@@ -18,6 +18,8 @@ EPILOG = """examples:
   nagent-mcp call time get_current_time --args '{"timezone": "Europe/Paris"}'
   echo '{"timezone": "UTC"}' | nagent-mcp call time get_current_time
 
+A deny rule for SERVER/TOOL in the permissions refuses the call (exit 10).
+
 Servers come from "mcp_servers" in ~/.nagent/config.json (the mcpServers shape of Claude Code
 and Cursor). Exit codes: 0 ok, 1 the tool reported an error, 2 usage, 3 configuration,
 4 setup (SDK or server command missing), 5 the server failed (start-up, exit, timeout)."""
@@ -72,6 +74,7 @@ def run_command(args):
         raise UsageError("expected --list [SERVER] or call SERVER TOOL", " ".join(args.words),
                          "see nagent-mcp --help")
     _, server, tool = args.words
+    refuse_denied(server, tool)
     if args.args is not None:
         arguments = nagent_mcp.parse_arguments(args.args)
     elif not sys.stdin.isatty():
@@ -90,6 +93,16 @@ def run_command(args):
         report_error(failure)
         return failure.exit_code
     return 0
+
+
+def refuse_denied(server, tool):
+    """A deny rule for this tool refuses the call here too (exit 10), wherever it came from."""
+    from nagent_cli import current_cwd, load_settings
+    from nagent_errors import RefusedError
+    from nagent_policy import mcp_refusal
+    line = mcp_refusal(load_settings({}, warn=False), current_cwd(), dict(os.environ), server, tool)
+    if line:
+        raise RefusedError(line[2:], f"{server}/{tool}", "the permission rules deny this MCP tool")
 
 
 def main(argv=None):

@@ -15,6 +15,9 @@ Data contract:
   `root` is the realpath of the work tree's top level; `git_dir` the absolute git directory;
   `branch` the current branch from its HEAD file: the branch name ("main", also before the
   first commit), "(detached at <12 hex>)", or "(unknown)".
+- `has_permissions_file(cwd)`: whether the `.nagent` marker's directory holds a
+  `.nagent/permissions` file (a filesystem walk only: callers read the rules, validated
+  through find_project, only when it does).
 """
 import os
 from collections import namedtuple
@@ -43,6 +46,11 @@ def git_environ(environ, secret_names=None):
     env = scrubbed_env(environ, child_key_names(environ, secret_names))
     env.update(GIT_TERMINAL_PROMPT="0", GIT_PAGER="cat", GIT_OPTIONAL_LOCKS="0")
     return env
+
+
+def has_permissions_file(cwd):
+    marker = git_marker_dir(cwd)
+    return bool(marker) and os.path.lexists(os.path.join(marker, ".nagent", "permissions"))
 
 
 def git_command(directory, *args):

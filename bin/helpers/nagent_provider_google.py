@@ -105,10 +105,14 @@ def _fields(parts):
     raw = getattr(reason, "name", None) or (str(reason) if reason else None)
     finish = {"STOP": "stop", "MAX_TOKENS": "length", "SAFETY": "content_filter",
               "PROHIBITED_CONTENT": "content_filter"}.get(raw, "other" if raw else "stop")
+    output = getattr(usage, "candidates_token_count", None)
+    thoughts = getattr(usage, "thoughts_token_count", None)
+    if output is not None and thoughts:
+        output += thoughts   # billed as output, as OpenAI's and Anthropic's counts include them
     return {
         "text": text, "model": model,
         "input_tokens": getattr(usage, "prompt_token_count", None),
-        "output_tokens": getattr(usage, "candidates_token_count", None),
+        "output_tokens": output,
         "cache_read_tokens": getattr(usage, "cached_content_token_count", None),
         "reasoning_tokens": getattr(usage, "thoughts_token_count", None),
         "finish_reason": finish, "raw_finish": raw,

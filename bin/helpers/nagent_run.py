@@ -9,15 +9,22 @@ Everything durable goes through `append`, which redacts the session's secrets fi
 call, whoever makes it, is announced with `call_started(purpose)` and counted with
 `count_call(result, purpose)`, which appends a "stats" record (its one-line format is
 nagent_stats_format's); `call_number` counts the calls the run made itself, while its totals also
-count the calls of nested nagents, which the actions fold in. `events` (nagent_events.Events;
+count the calls of nested nagents, which the actions fold in. `caps` is the run tree's budget
+(nagent_budget; the session's): no call starts past it (`call_started` raises BudgetError);
+`action_context(children)` hands actions what is left of it (each of `children` nested nagents an
+equal share, shell commands a deadline). `events` (nagent_events.Events;
 quiet by default) receives what the run reports as it goes, through `emit`; `DeltaRedactor` passes
 streamed text on with the session's secrets blanked, holding back a tail that may be the start of
 one.
 It sits below nagent_loop and nagent_window so both (and nagent_compact) use it without
 importing each other.
 """
+import time
+from dataclasses import replace
+
 import nagent_llm
 from nagent_accounting import TokenStats, add_result, call_cost
+from nagent_budget import Caps, encode, left, over, report, share
 from nagent_cli import redact
 from nagent_conversation_tail import last_stats, window_chain
 from nagent_events import Events
@@ -55,6 +62,26 @@ class Run:
         self.instance = None  # its run file (nagent_instances.RunFile), when it keeps one
         self.cut_off = []     # sub-agent conversations an interruption cut off
         self.origin = None    # where a user's conversation started (nagent_project_conversations)
+        self.snapshots = None  # nagent_run_snapshots.RunSnapshots, from the first model call
+        self.turn_id = ""      # the turn's id, on its prompt record (snapshots use it)
+        self.caps = getattr(session, "budget", None) or Caps()   # nagent_budget, the run tree's
+        self.started = time.monotonic()
+
+    def elapsed(self):
+        return time.monotonic() - self.started
+
+    def budget_report(self):
+        return report(self.caps, self.run_stats, self.elapsed())
+
+    def action_context(self, children=1):
+        """The session's action context with what is left of the budget: each of `children`
+        child processes gets an equal share, shell commands end by the time cap."""
+        ctx = self.session.action_context
+        if not self.caps.any:
+            return ctx
+        remaining = left(self.caps, self.run_stats, self.elapsed())
+        deadline = None if remaining.seconds is None else time.monotonic() + remaining.seconds
+        return replace(ctx, child_budget=encode(share(remaining, children)), deadline=deadline)
 
     def redact(self, text):
         return redact(text, self.session.secrets)
@@ -66,9 +93,12 @@ class Run:
 
     def record_stats(self, result=None):
         call = None if result is None else {key: getattr(result, key) for key in LAST_CALL_FIELDS}
+        caps = self.caps
         self.append("stats", encode_stats(
             self.conv_stats.as_dict(), self.run_stats.as_dict(), call, window=len(self.windows) + 1,
-            previous=self.windows[-1] if self.windows else None, prompts=self.prompts))
+            previous=self.windows[-1] if self.windows else None, prompts=self.prompts,
+            budget={"max_cost": caps.cost, "max_tokens": caps.tokens, "max_time": caps.seconds}
+            if caps.any else None))
 
     def provider_client(self):
         if self.client is None:
@@ -79,7 +109,11 @@ class Run:
         return self.events.emit(kind, **fields)
 
     def call_started(self, purpose):
-        """Announce a model call (reply, continuation, summary, checkpoint); its number."""
+        """Announce a model call (reply, continuation, summary, checkpoint); its number. Past a
+        cap of the budget no call starts: BudgetError."""
+        problem = over(self.caps, self.run_stats, self.elapsed()) if self.caps.any else None
+        if problem:
+            raise problem
         self.call_number += 1
         number = self.call_number
         settings = self.session.settings

@@ -11,6 +11,10 @@ Data contract (records are nagent_conversation.Record):
   belongs to the turn it arrived in); `is_inbox_message(record)`: such a message.
 - `failed_prompt(records)` is the prompt a `nagent --retry` re-runs: the last user prompt
   when its run is marked failed; else None.
+- A prompt of a plan-mode run carries mode="plan". `mode_note(records, mode)` is the <system>
+  note a run appends before its prompt when its mode is not the one of the previous user
+  prompt (the initial context's session facts only tell the mode a conversation started in);
+  None when it is the same, or for the first prompt.
 - A continuation note is a "system" record with continuation="true" (older files: the same
   text without the attribute) between a reply cut by the output limit (valid="partial") and
   the call that continues it.
@@ -25,6 +29,23 @@ _REASONS = {"provider": "the model provider returned an error",
             "input": "a file or conversation error", "refused": "a safety check refused it",
             "limit": "a loop guard stopped it",
             "gate": "the response hook did not accept the final response"}
+
+
+MODE_NOTES = {
+    "build": ("<system>The session is now in build mode: you may change files again, under the "
+              "write rules above. Carry out the plan above if the user asks for it.</system>"),
+    "plan": ("<system>The session is now in plan mode: read, run read-only commands and plan; "
+             "change nothing (commands that would change the project are refused, and so are "
+             "writes and edits outside the temp roots). Your final <nagent-response> is the "
+             "plan.</system>"),
+}
+
+
+def mode_note(records, mode):
+    last = next((record for record in reversed(records) if is_user_prompt(record)), None)
+    if last is None or (last.attr("mode") or "build") == mode:
+        return None
+    return MODE_NOTES[mode]
 
 
 def failure_marker(kind):

@@ -9,7 +9,9 @@ Data contract:
   when listed.
 - `writable_roots(cwd, policy, environ)` -> tuple of real, existing directories the sandbox
   may write, none inside another: cwd, the write rules' temp roots
-  (nagent_write_policy.temp_roots: /tmp, /var/tmp, $TMPDIR) and `policy.writable`.
+  (nagent_write_policy.temp_roots: /tmp, /var/tmp, $TMPDIR) and `policy.writable`; with
+  `policy.read_only` (plan mode) neither cwd nor anything inside those trees, which `plan()`
+  binds read-only over any writable root holding them.
 - `plan(cwd, policy, environ, script=None)` -> Plan (frozen): the mount operations, in order,
   that keep what the next run trusts out of reach:
   * nagent's state dir (~/.nagent: config, conversations, cache, bin) is covered by an empty
@@ -96,11 +98,18 @@ def sandbox_env(environ, policy, secret_names=()):
     return env
 
 
+def read_only_trees(policy):
+    return tuple(os.path.realpath(p) for p in getattr(policy, "read_only", ()) or ())
+
+
 def writable_dirs(cwd, policy, environ):
-    """Every directory the sandbox may write, as real paths (some may lie inside others)."""
-    candidates = [cwd, *temp_roots(environ), *policy.writable]
+    """Every directory the sandbox may write, as real paths (some may lie inside others). Plan
+    mode's read-only trees (and the working directory then) are not among them."""
+    held = read_only_trees(policy)
+    candidates = [*([] if held else [cwd]), *temp_roots(environ), *policy.writable]
     real = {os.path.realpath(p) for p in candidates if p and os.path.isabs(p)}
-    return tuple(sorted((p for p in real if os.path.isdir(p)), key=len))
+    return tuple(sorted((p for p in real if os.path.isdir(p)
+                         and not within_any(p, held, inclusive=True)), key=len))
 
 
 def writable_roots(cwd, policy, environ):
@@ -226,8 +235,11 @@ def plan(cwd, policy, environ, script=None):
         if real:
             _check_roots(real, kind, dirs)
         _walk(path, kind, steps, writable, pins)
+    held = read_only_trees(policy)   # plan mode: the project, read-only even inside a temp root
     ops = [("bind", root, root) for root in roots if root != "/"]
-    ops += [("bind", pin, pin) for pin in pins if not within_any(pin, covered, inclusive=True)]
+    ops += [("bind", pin, pin) for pin in pins
+            if not within_any(pin, [*covered, *held], inclusive=True)]
+    ops += [("ro-bind", tree, tree) for tree in held if within_any(tree, roots, inclusive=True)]
     if state:
         ops.append(("tmpfs", None, state))
         bin_dir = os.path.join(state, "bin")
@@ -347,7 +359,7 @@ def prepare(policy, cwd, environ):
     plan(os.path.realpath(cwd), policy, environ)
     home = os.path.realpath(home_dir(environ))
     real_cwd = os.path.realpath(cwd)
-    if within(home, real_cwd, inclusive=True):
+    if within(home, real_cwd, inclusive=True) and real_cwd not in read_only_trees(policy):
         return (f"the shell sandbox lets commands write everything under {real_cwd}, "
                 "including ~/.bashrc and ~/.ssh; run nagent from a project directory",)
     return ()

@@ -10,8 +10,14 @@ context (built on first use from `make_action_context`: the action handlers and 
 they import are not needed before the first reply asks for an action, and importing them costs
 start-up time before the first request), a factory for the initial context, meta for a new
 conversation, the prompt-cache key, the secret values that must never be written anywhere, and
-start-up warnings (e.g. the sandbox working from $HOME), one line each, the sub-agent depth and
-the invocation's environment (where ~/.nagent is).
+start-up warnings (e.g. the sandbox working from $HOME), one line each, the sub-agent depth,
+the invocation's environment (where ~/.nagent is), its working directory, the key names
+the configured providers use (what no child gets), the run tree's budget (nagent_budget.caps_for:
+the flags' and config's caps, tightened by a parent's `--budget`; a cost cap on an unpriced model
+stops here) and the mode: in plan mode shell commands run under bwrap with the project and the
+working directory read-only where bwrap exists (`plan_sandbox`), else only read-only commands
+run; the action context carries the permission policy (nagent_policy.build_policy: rules,
+guard, mode).
 Every setting comes from the Settings fields (loop limits are `settings.loop`, the shell policy is
 built from `settings.shell`, sub-agent limits from `settings.agents`, file tool limits from
 `settings.file_tools`); nothing here reads config.
@@ -22,6 +28,7 @@ from dataclasses import dataclass, field
 from functools import cache, cached_property, partial
 from typing import Callable
 
+from nagent_budget import caps_for
 from nagent_config import api_key_for, resolve_settings
 import nagent_conversation_layout as layout
 from nagent_fs import regular_file_stat
@@ -47,22 +54,57 @@ class Session:
     warnings: tuple = ()        # printed on stderr before the run
     depth: int = 0              # sub-agent depth (0: started by the user)
     environ: dict = field(default_factory=dict, compare=False)  # the invocation's (HOME: ~/.nagent)
+    cwd: str = ""               # the working directory actions run in
+    key_names: tuple = ()       # variables holding the configured providers' keys
+    budget: object = None       # nagent_budget.Caps of the run tree (flags, config, a parent's)
+    mode: str = "build"         # "plan": read-only (nagent_policy)
 
     @cached_property
     def action_context(self):
         return self.make_action_context()
 
 
-def shell_policy(settings):
+def shell_policy(settings, read_only=()):
     """The ShellPolicy of `settings.shell`. The config schema checked every field (choices and
     ranges) and run_shell checks the policy it runs under, so nothing is checked here; the shell
     module is imported by the first shell action (or a sandboxed session), not before the first
-    request."""
+    request. `read_only`: plan mode's trees (the project) bound read-only in a bwrap sandbox."""
     from nagent_shell import ShellPolicy
     shell = settings.shell
     return ShellPolicy(timeout=shell.timeout, output_cap=shell.output_cap, approval=shell.approval,
-                       sandbox=shell.sandbox, sandbox_network=shell.network,
-                       writable=shell.writable, env=shell.env)
+                       sandbox="bwrap" if read_only else shell.sandbox,
+                       sandbox_network=shell.network, writable=shell.writable, env=shell.env,
+                       read_only=tuple(read_only))
+
+
+def early_project_rules(cwd, environ, secret_names):
+    """The project's .nagent/permissions rules, read (and checked: ConfigError) before the run
+    starts; None when the project has no such file (nothing to import then)."""
+    from nagent_project import find_project, has_permissions_file
+    if not has_permissions_file(cwd):
+        return None
+    from nagent_permissions import load_project_rules
+    project = find_project(cwd, environ, secret_names)
+    return load_project_rules(project.root if project else None)
+
+
+def plan_sandbox(settings, cwd, environ):
+    """Plan mode's read-only trees (the project and the working directory) when bwrap is there
+    to hold them, else () (then only read-only commands run: nagent_policy)."""
+    if settings.mode != "plan":
+        return ()
+    import nagent_sandbox
+    from nagent_errors import SetupError
+    try:
+        nagent_sandbox.bwrap_path(environ)
+    except SetupError:
+        if settings.shell.sandbox == "bwrap":
+            raise
+        return ()
+    from nagent_project import find_project
+    project = find_project(cwd, environ)
+    trees = {os.path.realpath(cwd)} | ({project.root} if project else set())
+    return tuple(sorted(trees))
 
 
 def check_conversation(options, environ):
@@ -151,11 +193,15 @@ def build_session(options, environ, cwd, settings=None, needs_model=True):
     check_conversation(options, environ)
     if settings is None:
         settings = resolve_settings(provider_overrides(options), environ)
+    # A cost cap on a model without a price is refused here, before anything runs.
+    budget = caps_for(settings, options.get("budget")) if needs_model else None
     if needs_model:
         api_key_for(settings)
         require_sdk(settings.provider)
-    run_environ, sandboxed = shell_environ(environ), settings.shell.sandbox == "bwrap"
-    policy = cache(partial(shell_policy, settings))
+    run_environ = shell_environ(environ)
+    read_only = plan_sandbox(settings, cwd, run_environ)
+    sandboxed = settings.shell.sandbox == "bwrap" or bool(read_only)
+    policy = cache(partial(shell_policy, settings, read_only))
     warnings = ()
     if sandboxed and needs_model:
         import nagent_sandbox  # an unsandboxed run needs none of it before its first action
@@ -167,9 +213,16 @@ def build_session(options, environ, cwd, settings=None, needs_model=True):
     depth = int(options.get("depth") or 0)
     rows = settings.providers.values()
     secrets = secret_values(rows, environ)   # every key nagent knows: never written anywhere
+    # Before any model call: a project's .nagent/permissions that cannot be read stops the run.
+    # The rest of the policy (the guard's git, the parser) waits for the first action.
+    project_rules = early_project_rules(cwd, run_environ, key_names(rows))
+
     def make_action_context():
         from nagent_actions import ActionContext
+        from nagent_policy import build_policy
         return ActionContext(
+            policy=build_policy(settings, cwd, run_environ, bool(read_only), key_names(rows),
+                                project_rules),
             cwd=cwd, environ=run_environ, write_mode=mode, conversation=path, side_dir=side_dir,
             shell_policy=policy(), settings=settings, pid=pid, depth=depth,
             max_depth=settings.agents.max_depth, agent_timeout=settings.agents.timeout,
@@ -187,8 +240,9 @@ def build_session(options, environ, cwd, settings=None, needs_model=True):
             import nagent_sandbox
             writable = tuple(tree for tree in nagent_sandbox.writable_dirs(
                 cwd, policy(), run_environ) if tree != os.path.realpath(cwd))
-        shell = nagent_context.shell_facts(settings.shell.sandbox, settings.shell.network, writable,
-                                           settings.shell.approval)
+        shell = nagent_context.shell_facts("bwrap" if sandboxed else "none", settings.shell.network,
+                                           writable, settings.shell.approval,
+                                           mode=settings.mode, read_only=read_only)
         return nagent_context.build_initial_context(
             mode="file-edit" if record else "main", environ=environ, cwd=cwd, file_edit=facts,
             mcp_servers=tuple(spec.name for spec in settings.mcp_servers),
@@ -204,5 +258,6 @@ def build_session(options, environ, cwd, settings=None, needs_model=True):
         make_action_context=make_action_context, initial_context=initial_context, meta=meta,
         cache_key="nagent-" + hashlib.sha256(os.path.basename(path).encode()).hexdigest()[:24],
         secrets=secrets, pid=pid, file_edit=record, warnings=warnings, depth=depth,
-        environ=environ,
+        environ=environ, cwd=cwd, key_names=key_names(rows), budget=budget,
+        mode=settings.mode,
     )

@@ -3,10 +3,14 @@
 Data contract:
 - `ShellPolicy` (frozen) says how to run: timeout seconds, per-stream inline byte cap
   (shown as head + tail halves), approval (auto | confirm | deny), sandbox (none | bwrap),
-  whether the sandbox may use the network, extra writable dirs for the sandbox, and extra
-  variable names the sandbox passes in (`env`).
+  whether the sandbox may use the network, extra writable dirs for the sandbox, extra
+  variable names the sandbox passes in (`env`), and trees the sandbox binds read-only
+  (`read_only`: plan mode's project).
 - `run_shell(command, cwd, policy, side_dir, environ=None, confirm=None, secret_names=(),
-  secrets=())` -> ShellOutcome; every value in `secrets` is replaced by "[redacted]" in both
+  secrets=(), gate=None)` -> ShellOutcome. `gate(command) -> refusal | None` (the permission
+  rules and the user's answer: nagent_permission_gate.shell_gate), when given, replaces the
+  plain approval question; approval deny still refuses first. Every value in `secrets` is
+  replaced by "[redacted]" in both
   streams before anything is kept (side files included); `secret_names` are the variables a
   provider key may live in (nagent_secrets.key_names): never passed to a command.
   The command text is written to a 0600 script file in `side_dir` and run as
@@ -34,7 +38,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 
-from nagent_approval import ask_on_tty
+from nagent_approval import Answer, ask_on_tty
 from nagent_errors import ConfigError, InputError, SetupError
 from nagent_procs import end_group, wait
 from nagent_sandbox import bwrap_command, sandbox_env, shell_path
@@ -57,6 +61,7 @@ class ShellPolicy:
     sandbox_network: bool = False
     writable: tuple = ()
     env: tuple = ()
+    read_only: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -88,14 +93,16 @@ def check_policy(policy):
 
 # -- approval -----------------------------------------------------------------------------
 
-def _refusal(command, policy, confirm):
+def _refusal(command, policy, confirm, gate=None):
     if policy.approval == "deny":
         return DENIED
+    if gate is not None:
+        return gate(command)
     if policy.approval == "confirm":
         answer = (confirm or ask_on_tty)(command)
         if answer is None:
             return NO_TERMINAL
-        if not answer:
+        if not (answer.run if isinstance(answer, Answer) else answer):
             return DECLINED
     return None
 
@@ -181,7 +188,7 @@ def _write_script(side_dir, command):
 
 
 def run_shell(command, cwd, policy, side_dir, environ=None, confirm=None, secret_names=(),
-              secrets=()):
+              secrets=(), gate=None):
     check_policy(policy)
     environ = dict(os.environ if environ is None else environ)
     cwd = os.path.abspath(cwd)
@@ -200,7 +207,7 @@ def run_shell(command, cwd, policy, side_dir, environ=None, confirm=None, secret
         else:
             argv, env = [shell_path(), script], scrubbed_env(environ, secret_names)
         env[SHELL_ACTION_VAR] = "1"   # nagent and nagent-file-edit in here name the tag instead
-        reason = _refusal(command, policy, confirm)
+        reason = _refusal(command, policy, confirm, gate)
         if reason:
             return _refused_outcome(reason, policy)
         fds = []
@@ -279,7 +286,9 @@ def format_shell_result(outcome):
     if outcome.timed_out:
         lines.append(f"timed_out: true (killed after {outcome.timeout:g} s)")
     if outcome.refused:
-        lines.append(f"refused: {outcome.refused}")
+        # A rule's refusal is its own line, the same the user sees: "✗ denied by rule ...".
+        lines.append(outcome.refused if outcome.refused.startswith("✗ ")
+                     else f"refused: {outcome.refused}")
         return "\n".join(lines) + "\n"
     cap = outcome.output_cap
     text = "\n".join(lines) + "\n"

@@ -14,14 +14,16 @@ Data contract: a stats record's body is one line of ` | `-separated sections, ea
   reasoning, finish, elapsed (s), attempts, estimated.
 - `window=K prev=PATH` (only from the second window on): this window's number and the archived
   window before it; earlier ones are found by following `prev` (nagent_conversation_tail).
+- `budget` (only for a run with caps): its max_cost (USD), max_tokens, max_time (s).
 Counters that are 0 are left out; a reader takes a missing counter as 0.
 
-`encode_stats(total, run, call=None, window=1, previous=None, prompts=None)` takes the
-TokenStats.as_dict() shapes (and a call's usage dict) and returns the line.
+`encode_stats(total, run, call=None, window=1, previous=None, prompts=None, budget=None)` takes
+the TokenStats.as_dict() shapes (and a call's usage dict, and the run's caps) and returns the line.
 `decode_stats(body)` returns {"conversation", "run" (TokenStats dict shapes), "last_call"
 (dict or None), "window" (int), "previous" (path or None), "windows" (the whole list of earlier
 windows when the record names it: the older format; else None), "prompts" (int or None when
-not recorded)}, or None for a body that is neither format. Older files hold a JSON object per
+not recorded), "budget" ({max_cost, max_tokens, max_time}, each None when not capped; None
+when the run had no caps)}, or None for a body that is neither format. Older files hold a JSON object per
 stats record ({"conversation", "run", "windows", "last_call"}); it decodes to the same shape.
 """
 
@@ -80,7 +82,7 @@ def _counters(stats, prompts=None):
     return words
 
 
-def encode_stats(total, run, call=None, window=1, previous=None, prompts=None):
+def encode_stats(total, run, call=None, window=1, previous=None, prompts=None, budget=None):
     """The stats line for these totals (TokenStats.as_dict() shapes) and last call."""
     sections = [" ".join(["total"] + _counters(total, prompts)), " ".join(["run"] + _counters(run))]
     if call is not None:
@@ -96,6 +98,9 @@ def encode_stats(total, run, call=None, window=1, previous=None, prompts=None):
         sections.append(" ".join(words))
     if window > 1 or previous:
         sections.append(f"window={int(window)}" + (f" prev={_escape(previous)}" if previous else ""))
+    if budget:
+        sections.append(" ".join(["budget"] + [f"{key}={value:g}" for key, value in budget.items()
+                                               if value is not None]))
     return " | ".join(sections)
 
 
@@ -160,7 +165,19 @@ def _decode_line(body):
         values, _ = sections["window"]
         data["window"] = max(1, _int(values, "window"))
         data["previous"] = values.get("prev") or None
+    data["budget"] = None
+    if "budget" in sections:
+        values, _ = sections["budget"]
+        data["budget"] = {key: _float(values.get(key)) for key in ("max_cost", "max_tokens",
+                                                                   "max_time")}
     return data
+
+
+def _float(text):
+    try:
+        return float(text) if text is not None else None
+    except ValueError:
+        return None
 
 
 def _decode_json(body):
@@ -187,7 +204,7 @@ def _decode_json(body):
     call = old.get("last_call") if isinstance(old.get("last_call"), dict) else None
     return {"conversation": section(old.get("conversation")), "run": section(old.get("run")),
             "last_call": call, "windows": windows, "window": len(windows) + 1,
-            "previous": windows[-1] if windows else None, "prompts": None}
+            "previous": windows[-1] if windows else None, "prompts": None, "budget": None}
 
 
 def decode_stats(body):

@@ -113,8 +113,9 @@ def rebuild_records(records, checkpoint_text, previous_window, window, settings_
             continue
         if record.kind == "prompt":
             attrs = {"source": record.attr("source", "argv"), "carried": "true"}
-            if record.attr("inbox"):
-                attrs["inbox"] = record.attr("inbox")
+            for name in ("inbox", "turn_id"):   # turn_id: its snapshots (--changes, --rewind)
+                if record.attr(name):
+                    attrs[name] = record.attr(name)
             out.append(("prompt", record.body, attrs))
         else:
             out.append((record.kind, record.body, dict(record.attrs, carried="true")))

@@ -1,0 +1,182 @@
+"""Snapshots during a run: at the turn's start, before and after each action that can change files.
+
+Data contract: `RunSnapshots(session, emit, append, turn_id, turn)` is the loop's one handle for
+the turn `turn_id` (number `turn`), made as the first model call goes out (nagent_loop loads this
+module then: neither it nor a snapshot delays the first request); a no-op when
+`settings.snapshots.enabled` is false:
+- `model_call()` takes the turn's first snapshot in a thread, while the model works: no action
+  runs before its reply, so that is still the turn's start. The thread also finds the project
+  (nagent_snapshots.project_scope) and opens its store. Later calls take the snapshot that
+  closes the reply's last action the same way.
+- `before_action(action, summary) -> entry id | None`: before an action of a CHANGING kind
+  ("shell", "write" into the project, "file-patch", "replace", "file-edit", and "agent", whose
+  children work in the same tree), a snapshot that opens the action (and closes the one before
+  it in the same reply). `after_action(entry_id, seq)` notes that it ended and the
+  conversation record number of its result (the SEQ of `nagent --rewind --action`); the
+  snapshot that closes it ("after") waits for whichever comes first: the next changing action
+  of the reply, the next model call (then in a thread, off the wait between calls), the turn's
+  end. The changes while an action is open are its own; those while no action of any run is
+  open were made by someone else (the user while the model thinks, or between turns). Closing
+  each action before the model is asked again keeps parallel agents' actions apart.
+- `end_turn()` closes what is still open ("after", or "end" for an action a Ctrl-C or an error
+  cut short), then keeps the store bounded (nagent_snapshot_retention.maintain: prune daily,
+  git gc when due).
+Every snapshot runs under the store's lock, after finishing a rewind a killed process left
+(its `<system>` note goes into this conversation when it was this conversation's rewind). What
+the run should say goes through `emit` and `append` on the run's own thread: a "snapshot"
+event (id, files, phase, turn) for each snapshot that recorded a change, a note when snapshots
+are off (the root is $HOME or /, a tree too large outside git, git missing) or a rewind was
+finished. A snapshot that fails turns snapshots off for the rest of the run; it never stops it.
+"""
+import os
+import threading
+import time
+
+import nagent_rewind as rewind
+import nagent_snapshot_retention as retention
+import nagent_snapshot_store as store_lib
+import nagent_snapshots as snapshots
+from nagent_errors import NagentError
+from nagent_paths import within
+
+CHANGING_KINDS = frozenset({"shell", "write", "file-patch", "replace", "file-edit", "agent"})
+LOCK_WAIT = 30.0
+
+
+class RunSnapshots:
+    def __init__(self, session, emit, append, turn_id, turn):
+        self.session, self.emit, self.append = session, emit, append
+        self.enabled = session.settings.snapshots.enabled
+        self.cwd = session.cwd or os.getcwd()
+        self.limits = snapshots.limits_of(session.settings)
+        self.scope = self.store = self.thread = None
+        self.turn_id, self.turn, self.started, self.open = turn_id, turn, False, False
+        self.ended = None        # (entry id, result seq) of an ended action not yet closed
+        self.off = None          # why snapshots stopped for this run
+        self.outbox = []         # (kind, fields) to emit on the run's thread
+
+    # -- taking one -----------------------------------------------------------------
+    def _open(self):
+        environ = self.session.environ or dict(os.environ)
+        keys = tuple(self.session.key_names)
+        self.scope = snapshots.project_scope(self.cwd, environ, keys)
+        if self.scope.refused:
+            self.off = f"no snapshots for --rewind here: {self.scope.refused}"
+            return
+        self.store = store_lib.open_store(self.scope.root, environ, keys)
+
+    def _take(self, phase, kind="", summary="", maintain=False, amend=None):
+        meta = {"conv": self.session.path, "turn_id": self.turn_id, "turn": self.turn,
+                "phase": phase, "kind": kind, "summary": summary}
+        try:
+            if self.store is None:
+                self._open()
+                if self.store is None:
+                    return None
+            with store_lib.locked(self.store, LOCK_WAIT):
+                if amend:
+                    store_lib.append_journal(self.store, amend)
+                finished = rewind.finish_pending(self.store, self.scope, self.limits)
+                entry = None if phase is None else \
+                    snapshots.take_snapshot(self.store, self.scope, self.limits, meta)
+                if maintain:
+                    retention.maintain(self.store, self.limits, time.time())
+        except (NagentError, OSError) as error:
+            what = error.line()[len("Error: "):] if isinstance(error, NagentError) else str(error)
+            self.off = f"snapshots off for the rest of this run: {what}"
+            self.store = None
+            return None
+        self.open = phase == "action"
+        if finished:
+            self.outbox.append(("note", {"text": "finished a rewind a killed nagent left: "
+                                                 + rewind.summary_line(finished)}))
+            if finished["conversation"] == self.session.path:
+                self.outbox.append(("system", {"text": rewind.note_text(finished)}))
+        if entry and entry["files"]:
+            self.outbox.append(("snapshot", {"id": entry["id"], "files": entry["files"],
+                                             "phase": phase, "turn": self.turn}))
+        return entry
+
+    def _flush(self):
+        if self.thread is not None:
+            self.thread.join()
+            self.thread = None
+        for kind, fields in self.outbox:
+            if kind == "system":
+                self.append("system", fields["text"])
+            else:
+                self.emit(kind, **fields)
+        self.outbox = []
+        if self.off:
+            self.emit("note", text=self.off)
+            self.off, self.enabled = None, False
+
+    def _first(self):
+        """The turn's first snapshot, once (in a thread when `model_call` asks for it)."""
+        if self.enabled and not self.started:
+            self.started = True
+            self._take("start")
+
+    def _close(self, phase="after", kind="", summary=""):
+        """A snapshot that closes the ended action (and opens the next one, as "action")."""
+        entry_id, seq = self.ended
+        self.ended = None
+        return self._take(phase, kind, summary,
+                          amend=None if seq is None else {"id": entry_id, "seq": seq})
+
+    def _in_background(self, work):
+        self.thread = threading.Thread(target=work, daemon=True)
+        self.thread.start()
+
+    # -- the loop's calls -----------------------------------------------------------
+    def model_call(self):
+        if not self.enabled or self.thread is not None:
+            return
+        if not self.started:
+            self._in_background(self._first)
+        elif self.ended and self.store is not None:
+            self._in_background(self._close)
+
+    def before_action(self, action, summary):
+        if not self.enabled:
+            return None
+        self._flush()
+        self._first()
+        self._flush()
+        if not self.enabled or self.store is None or action.kind not in CHANGING_KINDS:
+            return None
+        if action.kind == "write" and not self._in_project(action.attr("path", "")):
+            return None
+        if self.ended:
+            entry = self._close("action", action.kind, summary)
+        else:
+            entry = self._take("action", action.kind, summary)
+        self._flush()
+        return None if entry is None else entry["id"]
+
+    def _in_project(self, raw):
+        try:
+            real = os.path.realpath(os.path.join(self.cwd, raw))
+        except (ValueError, OSError):   # a NUL byte: the write is refused, nothing changes
+            return False
+        return within(real, self.scope.root)
+
+    def after_action(self, entry_id, seq):
+        """The action that `before_action` opened (entry `entry_id`) ended; its result is
+        record `seq` (None: it has none)."""
+        if entry_id is not None and self.store is not None:
+            self.ended = (entry_id, seq)
+
+    def end_turn(self):
+        """Close what is still open, and keep the store bounded."""
+        if not self.enabled:
+            return
+        self._flush()
+        self._first()
+        self._flush()
+        if self.enabled and self.store is not None:
+            if self.ended:
+                self._close()
+                self._flush()
+            self._take("end" if self.open else None, maintain=True)
+        self._flush()
