@@ -17,11 +17,12 @@ its command line runs:
   next prompt; /cost shows the token and cost lines of --status.
 Each entry fails as `nagent` fails (nagent_cli.run_main prints its error) and the session goes
 on; a run ended by SIGTERM or SIGHUP ends the session with that code; Ctrl-D at an empty prompt
-and /exit end it with 0. The prompt shows the conversation's name, the model and the cost so
-far (`latest-box-4242 · gpt-5.5 · $0.0123 › `), made safe for the terminal. Once the first
-prompt is on the screen, a thread imports what a run needs before its first request (the
-provider SDK first); a run typed meanwhile goes ahead, and its own import of a module the thread
-is importing waits for that one; a fork (nagent_fork) waits for the whole thread. With `pick`, the session starts
+and /exit end it with 0. The prompt shows the conversation's name, the model (and "plan" in
+plan mode) and the cost so far (`latest-box-4242 · gpt-5.5 · $0.0123 › `), made safe for the
+terminal. Once the first prompt is on the screen, a thread imports what a run needs before its
+first request (the provider SDK first); a run typed meanwhile goes ahead, and its own import of
+a module the thread is importing waits for that one; a fork (nagent_fork) waits for the whole
+thread. With `pick`, the session starts
 by listing this directory's conversations and asking which one (nagent_resume.choose).
 """
 import os
@@ -120,7 +121,10 @@ class Chat:
     def prompt_line(self, settings=None):
         options = self.options()
         try:
-            model = (settings or load_settings(options, warn=False)).model
+            settings = settings or load_settings(options, warn=False)
+            model = settings.model
+            if getattr(settings, "mode", "build") == "plan":   # plan mode changes nothing
+                model += " · plan"
         except NagentError:
             model = "?"
         try:
@@ -216,9 +220,7 @@ class Chat:
     def show(self, flag):
         if self.missing_flag([flag]):
             return self.run_command([flag], "/" + flag[2:])   # the line naming the missing flag
-        options = self.options()
-        value = (load_settings(options, warn=False).model if flag == "--model"
-                 else options.get(flag[2:].replace("-", "_")) or "build (the default)")
+        value = getattr(load_settings(self.options(), warn=False), flag[2:].replace("-", "_"))
         sys.stdout.write(f"{flag[2:]}: {one_line(str(value))}\n")
         return 0
 
