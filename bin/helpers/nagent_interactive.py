@@ -12,9 +12,9 @@ its command line runs:
   and closing line; while it goes, what is typed is queued for its next turn boundary
   (nagent_typeahead, through nagent_inbox as `nagent --send` does);
 * a slash command (nagent_slash): its command line, parsed by `parser` over the session's
-  flags and dispatched by nagent_commands.run_lifecycle; a flag this nagent lacks is one error
-  line naming it. /model and /mode add their flag to every later entry; /new adds --new to the
-  next prompt; /cost shows the token and cost lines of --status.
+  flags and dispatched by nagent_commands.run_lifecycle. /model and /mode add their flag to every
+  later entry; /new adds --new to the next prompt; /cost shows the token and cost lines of
+  --status.
 Each entry fails as `nagent` fails (nagent_cli.run_main prints its error) and the session goes
 on; a run ended by SIGTERM or SIGHUP ends the session with that code; Ctrl-D at an empty prompt
 and /exit end it with 0. The prompt shows the conversation's name, the model (and "plan" in
@@ -107,10 +107,6 @@ class Chat:
         merged.update({key: value for key, value in given.items() if value != self.defaults.get(key)})
         return merged
 
-    def missing_flag(self, argv):
-        known = self.parser._option_string_actions
-        return next((word for word in argv if word.startswith("--") and word not in known), None)
-
     # -- the prompt line -------------------------------------------------------------------
     def path(self, options):
         if options.get("file_edit"):
@@ -183,11 +179,7 @@ class Chat:
             self.editor.prefill(self.typeahead.draft)   # typed, never sent: not lost
         return code
 
-    def run_command(self, argv, command, cost=False):
-        missing = self.missing_flag(argv)
-        if missing:
-            raise UsageError(f"this nagent has no {missing} flag", command,
-                             "the command comes with a newer nagent; /help lists what works here")
+    def run_command(self, argv, cost=False):
         options = self.options(argv)
         if cost:
             from nagent_lifecycle_commands import status
@@ -210,7 +202,7 @@ class Chat:
             sys.stdout.write("the next prompt starts a fresh conversation "
                              "(this one is archived then)\n")
         elif plan.action in ("run", "cost"):
-            return self.run_command(plan.argv, "/" + name, cost=plan.action == "cost")
+            return self.run_command(plan.argv, cost=plan.action == "cost")
         elif plan.action == "show":
             return self.show(plan.argv[0])
         elif plan.action == "set":
@@ -218,16 +210,12 @@ class Chat:
         return 0
 
     def show(self, flag):
-        if self.missing_flag([flag]):
-            return self.run_command([flag], "/" + flag[2:])   # the line naming the missing flag
         value = getattr(load_settings(self.options(), warn=False), flag[2:].replace("-", "_"))
         sys.stdout.write(f"{flag[2:]}: {one_line(str(value))}\n")
         return 0
 
     def hold(self, argv):
         flag, value = argv
-        if self.missing_flag([flag]):
-            return self.run_command([flag, value], "/" + flag[2:])
         before = dict(self.held)
         self.held[flag] = value
         try:
