@@ -296,7 +296,8 @@ def summarize_snapshots(rows, _text, table):
 def summarize_interactive(rows, _text, table):
     for row in rows:
         value = (f"{row['ratio']:.2f}× ({row['ms']:.0f} ms)" if "ratio" in row
-                 else f"{row['ms']:.0f} ms")
+                 else f"{row['ms']:.0f} ms" + (f" (median {row['median']} ms)"
+                                               if "median" in row else ""))
         table.add(row["figure"], value, row.get("target", "").replace("<=", "≤"), row.get("ok"))
 
 

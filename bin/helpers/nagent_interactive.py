@@ -20,9 +20,8 @@ on; a run ended by SIGTERM or SIGHUP ends the session with that code; Ctrl-D at 
 and /exit end it with 0. The prompt shows the conversation's name, the model (and "plan" in
 plan mode) and the cost so far (`latest-box-4242 · gpt-5.5 · $0.0123 › `), made safe for the
 terminal. Once the first prompt is on the screen, a thread imports what a run needs before its
-first request (the provider SDK first); a run typed meanwhile goes ahead, and its own import of
-a module the thread is importing waits for that one; a fork (nagent_fork) waits for the whole
-thread. With `pick`, the session starts
+first request (the provider SDK first); an entry waits for that thread to finish, so a run typed
+at once pays for the rest of the import and no more, never for it twice. With `pick`, the session starts
 by listing this directory's conversations and asking which one (nagent_resume.choose).
 """
 import os
@@ -151,13 +150,15 @@ class Chat:
         import threading   # not before the prompt shows
         self.loader = threading.Thread(target=preload, args=(modules,), daemon=True)
         self.loader.start()
-        # A run does not wait for it (its setup overlaps the SDK import; an import the run needs
-        # waits for the thread's own), but a fork does: a child must not inherit a module lock
-        # held by a thread that does not exist in it (nagent_fork's nested edit sessions).
-        os.register_at_fork(before=self.loader.join)
 
     def guarded(self, body):
-        """`body()` under nagent's error convention: an error is its one line, never the end."""
+        """`body()` under nagent's error convention: an error is its one line, never the end.
+        It waits for the preload thread first: a run beside it would share the interpreter lock
+        (on a loaded machine a run typed at once came 50% later than a one-shot's), and a fork
+        (nagent_fork) must not copy a module lock that thread holds."""
+        if self.loader is not None:
+            self.loader.join()
+            self.loader = None
         return run_main(lambda _argv: body(), [])
 
     def during(self, session, out):
