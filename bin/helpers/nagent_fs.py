@@ -28,7 +28,7 @@ Data contract:
 - `read_regular(path, limit) -> bytes | None`: up to `limit` bytes of `path` when it is a regular
   file; None for anything else (a symlink is not followed, a FIFO never blocks) or when it
   cannot be read. For small state files other processes of the user can plant (run files, inbox
-  messages).
+  messages). `read_json_object(path, limit)` is that file's JSON object (a dict), or None.
 Only cheap stdlib is imported at module level; hashlib loads on the first digest.
 """
 import errno
@@ -155,6 +155,17 @@ def read_regular(path, limit):
         return None
     finally:
         os.close(fd)
+
+
+def read_json_object(path, limit):
+    """read_regular's bytes of `path` as a JSON object (dict); None for anything else."""
+    import json   # only the run-file and index readers need it
+    data = read_regular(path, limit)
+    try:
+        value = json.loads(data) if data else None
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
 
 
 def sha256_bytes(data):

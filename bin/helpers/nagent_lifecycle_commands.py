@@ -384,3 +384,8 @@ def changes(options, settings):
 def rewind(options, settings):
     from nagent_snapshot_commands import rewind as rewind_here
     return rewind_here(options, settings)
+
+
+def resume(options, settings):
+    from nagent_resume import listing
+    return listing(options, settings)

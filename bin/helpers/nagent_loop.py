@@ -14,8 +14,12 @@ sub-agents they cut off (attribute cut_off: their conversation names).
 - Actions run in reply order; consecutive <nagent-agent> tags are one batch run concurrently,
   a barrier for what follows, results in tag order (nagent_loop_actions.process_tags).
 - Before each model call (a turn boundary, never inside a call or an action), messages sent
-  with `nagent --send` are appended as prompts with source="inbox"; the run keeps its run file
-  (nagent_run_presence) up to date at call and action boundaries.
+  with `nagent --send` (or typed in an interactive session) are appended as prompts with
+  source="inbox"; the run keeps its run file (nagent_run_presence) up to date at call and
+  action boundaries.
+- A user's main conversation (`follows_project`: not a sub-agent's, not a per-file edit
+  session's) starts with an origin in its meta record, and every run of it records its use in
+  the project index (nagent_project_conversations) when it ends, for -c and --resume.
 - A reply cut off by the output limit, or by the connection after it had started (a timeout
   between chunks, a dropped stream: nagent_llm keeps what arrived, finish "cut"), is continued
   only while its text so far parses (valid, or invalid only because it is unfinished), at most
@@ -48,6 +52,7 @@ from nagent_errors import (EXIT_CODES, BudgetError, ExitSignal, LimitError, Nage
                            ProtocolFailure, ProviderError, UsageError)
 from nagent_loop_actions import process_tags, repeated_too_often
 from nagent_procs import exit_signals
+from nagent_project_conversations import new_origin, origin_in, record_use
 from nagent_requests import build_request
 from nagent_run import DeltaRedactor, Run
 from nagent_run_presence import deliver_inbox, late_messages, progress, registered
@@ -199,24 +204,33 @@ def run_agent_loop(session, prompt, source="argv", events=None):
         run = Run(session, writer, events)
         run.instance = instance
         try:
-            done = _loop(run, prompt, source)
-        except KeyboardInterrupt:
-            text, attrs = interrupt_record(run, "The user interrupted the previous run (Ctrl-C).")
-            run.append("interrupt", text, attrs)
-            end_snapshot(run)
-            return outcome(run, None, EXIT_CODES["interrupted"], error={"error": "interrupted"})
-        except ExitSignal as stop:
-            # A running shell command's group (and a sub-agent's tree) was ended on the way out.
-            text, attrs = interrupt_record(run, f"The previous run was ended by {stop.name}.")
-            run.append("interrupt", text, attrs)
-            end_snapshot(run)
-            return outcome(run, None, stop.exit_code, error={"error": f"ended by {stop.name}"})
+            return _run(run, prompt, source)
+        finally:   # after the run, off the first request's path: -c and --resume find it
+            if run.origin is not None:
+                record_use(session.path, run.origin, session.environ or None)
+
+
+def _run(run, prompt, source):
+    try:
+        done = _loop(run, prompt, source)
+    except KeyboardInterrupt:
+        text, attrs = interrupt_record(run, "The user interrupted the previous run (Ctrl-C).")
+        run.append("interrupt", text, attrs)
         end_snapshot(run)
-        late = late_messages(run)
-        if late:
-            run.emit("note", text=f"{late} message(s) sent with --send arrived after the last model "
-                                  "call; they are delivered at the start of the next run")
-        return done
+        return outcome(run, None, EXIT_CODES["interrupted"], error={"error": "interrupted"})
+    except ExitSignal as stop:
+        # A running shell command's group (and a sub-agent's tree) was ended on the way out.
+        text, attrs = interrupt_record(run, f"The previous run was ended by {stop.name}.")
+        run.append("interrupt", text, attrs)
+        end_snapshot(run)
+        return outcome(run, None, stop.exit_code, error={"error": f"ended by {stop.name}"})
+    end_snapshot(run)
+    late = late_messages(run)
+    if late:
+        run.emit("note", text=f"{late} message(s) for this conversation (--send, or typed in a "
+                              "session) arrived after the last model call; they are delivered "
+                              "at the start of the next run")
+    return done
 
 
 def turn_snapshots(run):
@@ -259,13 +273,24 @@ def start_conversation(run):
     if run.writer.torn:
         run.append("system", f"<system>The previous run was killed mid-write; its partial record was "
                    f"moved to {run.writer.torn}.</system>")
+    follows = follows_project(run.session)
     if not any(record.kind == "context" for record in run.writer.records()):
         context = run.session.initial_context()
         run.append("context", "<initial_context>\n" + context.static, {"part": "static"})
         run.append("context", context.session + "\n</initial_context>", {"part": "session"})
-        run.append("meta", json.dumps(dict(run.session.meta, **context.meta), sort_keys=True))
+        meta = dict(run.session.meta, **context.meta)
+        if follows:
+            meta["origin"] = new_origin(context.root)
+        run.append("meta", json.dumps(meta, sort_keys=True))
         for line in context.warnings:
             sys.stderr.write(f"warning: {line}\n")
+    if follows:   # recorded in the project index when the run ends
+        run.origin = origin_in(run.writer.records())
+
+
+def follows_project(session):
+    """A user's main conversation (not a sub-agent's, not a per-file edit session's)."""
+    return session.meta.get("invocation", "user") == "user" and not session.file_edit
 
 
 def outcome(run, response, code, error=None, valid=True):

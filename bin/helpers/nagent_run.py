@@ -62,6 +62,7 @@ class Run:
         self.client = None  # one provider client for the whole run (see nagent_llm.make_client)
         self.instance = None  # its run file (nagent_instances.RunFile), when it keeps one
         self.cut_off = []     # sub-agent conversations an interruption cut off
+        self.origin = None    # where a user's conversation started (nagent_project_conversations)
         self.snapshots = None  # nagent_run_snapshots.RunSnapshots, from the first model call
         self.turn_id = ""      # the turn's id, on its prompt record (snapshots use it)
         self.caps = getattr(session, "budget", None) or Caps()   # nagent_budget, the run tree's
