@@ -1,13 +1,13 @@
 """Run every benchmark of the project and print one summary table (figure, value, target, verdict).
 
 Runs benchmarks/startup.py, turns.py, split_patch.py, split_memory.py, parser.py, long_run.py,
-sandbox.py, first_answer.py, parallel_agents.py, context.py, edit_route.py, batch.py and
-snapshots.py through their main() (a missing
-or failing one is reported and skipped), then its own measurement: `nagent --status` on a 50 MB
-conversation (generated with nagent_conversation.encode_record into a temp HOME; median of 5
-runs). split_corpus.py (every splittable file of the stdlib, site-packages and /usr/include:
-minutes) runs only when asked: `--corpus`, or `--only split_corpus`; with --quick it splits only
-the files over 64 KiB and measures no peak memory (about 30 s). Each benchmark's own output is
+sandbox.py, first_answer.py, parallel_agents.py, context.py, edit_route.py, batch.py, snapshots.py
+and interactive.py through their main() (a missing or failing one is reported and skipped), then
+its own measurement: `nagent --status` on a 50 MB conversation (generated with
+nagent_conversation.encode_record into a temp HOME; median of 5 runs). split_corpus.py (every
+splittable file of the stdlib, site-packages and /usr/include: minutes) runs only when asked:
+`--corpus`, or `--only split_corpus`; with --quick it splits only the files over 64 KiB and
+measures no peak memory (about 30 s). Each benchmark's own output is
 printed first, the table last as Markdown, under a line naming the machine it ran on. Prints
 figures; asserts nothing.
 
@@ -293,6 +293,14 @@ def summarize_snapshots(rows, _text, table):
                   f"{target:g} ms" if target else "", row["ms"] <= target if target else None)
 
 
+def summarize_interactive(rows, _text, table):
+    for row in rows:
+        value = (f"{row['ratio']:.2f}× ({row['ms']:.0f} ms)" if "ratio" in row
+                 else f"{row['ms']:.0f} ms" + (f" (median {row['median']} ms)"
+                                               if "median" in row else ""))
+        table.add(row["figure"], value, row.get("target", "").replace("<=", "≤"), row.get("ok"))
+
+
 BENCHMARKS = (  # name, full argv, --quick argv, summary
     ("startup", [], ["--runs", "3"], summarize_startup),
     ("turns", [], ["openai"], summarize_turns),
@@ -310,6 +318,7 @@ BENCHMARKS = (  # name, full argv, --quick argv, summary
     ("batch", [], ["--tasks", "8", "--delay", "1"], summarize_batch),
     ("snapshots", [], ["--runs", "3", "--files", "2000", "--turns", "20", "--turn-runs", "1"],
      summarize_snapshots),
+    ("interactive", [], ["--runs", "3"], summarize_interactive),
 )
 OPT_IN = ("split_corpus",)  # minutes long: run only when asked (--corpus or --only)
 

@@ -9,7 +9,8 @@ a NAGENT_CONFIG naming a missing file is an error),
 runs a real bin/ executable as a separate process with that environment (a child of the
 suite's zygote, tests/zygote.py; `fresh=True` or a class's `FRESH_RUNS` execs a new
 interpreter) and returns a CompletedProcess with text stdout/stderr. In-process code under test should receive
-`self.env` explicitly or run inside `with self.patched_environ():`.
+`self.env` explicitly or run inside `with self.patched_environ():`. `startup_seconds(module)` is
+the measured start-up of a fresh interpreter importing `module`, for timeouts derived from it.
 """
 import atexit
 import json
@@ -69,6 +70,18 @@ def zygote_can_run(env):
     return all(env.get(name) == clean.get(name) for name in STARTUP_VARIABLES) and all(
         env.get(name) == clean.get(name) for name in set(env) | set(clean)
         if name.startswith("PYTHON") and name != "PYTHONPYCACHEPREFIX")
+
+
+def startup_seconds(module="google.genai"):
+    """Seconds a fresh interpreter takes, here and now, to start and import `module`: the floor
+    of every tool process that calls a model. A test that bounds such a process derives its
+    timeout from this, with a margin, never from a guess that holds only on an idle machine.
+    Measured at each call (about a second): the load of a shared machine changes by the minute."""
+    import time
+    started = time.monotonic()
+    subprocess.run([sys.executable, "-c", f"import {module}"], env=clean_environ(),
+                   capture_output=True, check=True, timeout=300)
+    return time.monotonic() - started
 
 
 class HermeticTestCase(unittest.TestCase):

@@ -4,7 +4,8 @@ Data contract: `_Handler` is a BaseHTTPRequestHandler (HTTP/1.1 keep-alive, no N
 FakeVendor as the class attribute `fake` (FakeVendor.start makes a subclass per server). Every
 method goes to `fake._handle(method, target, headers, body) -> Answer`; it then waits the
 answer's delay (woken by `fake._stopping`), resets the connection for `drop`, sends a chunked
-body piece by piece for `chunks`, else the whole body with a Content-Length. Connections are
+body piece by piece for `chunks` (resetting the connection at `drop_at`, falling silent at
+`stall_at`), else the whole body with a Content-Length. Connections are
 registered in `fake._conns` so `stop()` can close them.
 """
 import socket
@@ -70,6 +71,10 @@ class _Handler(BaseHTTPRequestHandler):
         for index, chunk in enumerate(answer.chunks):
             if answer.drop_at is not None and index >= answer.drop_at:
                 return self._reset()
+            if answer.stall_at is not None and index >= answer.stall_at:
+                self.fake._stopping.wait()    # silent, the connection held open, until stop()
+                self.close_connection = True
+                return
             if index >= answer.first and answer.gap and self.fake._stopping.wait(answer.gap):
                 self.close_connection = True
                 return

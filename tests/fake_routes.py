@@ -4,7 +4,7 @@ per-vendor route handlers.
 Data contract:
 - `ReplySpec`, `Fault`: scripted items (see tests/fakes.py); `Answer`: what a handler returns
   (status, headers, body; `delay`, `drop`; a chunked stream: `chunks` `gap` seconds apart from
-  chunk `first` on, reset before chunk `drop_at`).
+  chunk `first` on, reset before chunk `drop_at`, silent from chunk `stall_at` on).
 - `ROUTES`: (method, path regex, vendor or None = told apart by headers, handler name,
   generation?) rows, in match order.
 - `VendorRoutes`: the handlers named in ROUTES (OpenAI Responses/chat/files, Anthropic
@@ -33,6 +33,7 @@ class ReplySpec:
     chunk: int = 0            # streamed: text deltas of this many characters (0: two halves)
     gap: float = 0.0          # streamed: seconds between events, each sent as its own HTTP chunk
     drop_after: int = None    # streamed: reset the connection after this many text deltas
+    stall_after: int = None   # streamed: fall silent (connection open) after this many deltas
     path = None  # replies are never path-targeted
 
 
@@ -57,6 +58,7 @@ class Answer:
     chunks: tuple = None      # streamed in chunked transfer encoding, `gap` seconds apart
     gap: float = 0.0
     drop_at: int = None       # reset the connection before chunk number drop_at
+    stall_at: int = None      # send nothing more from chunk number stall_at until the server stops
     first: int = 0            # chunks before this one (the stream's preamble) are not delayed
 
 
@@ -120,7 +122,7 @@ class VendorRoutes:
         if not req.get("stream"):
             message = {"role": "assistant", "content": spec.text, "refusal": None, "annotations": []}
             return _json(200, dict(base, object="chat.completion", usage=usage, choices=[
-                {"index": 0, "message": message, "logprobs": None, "finish_reason": finish}]), spec.delay)
+                {"index": 0, "message": message, "logprobs": None, "finish_reason": finish}]), _whole_delay(spec))
         chunk = dict(base, object="chat.completion.chunk")
         deltas = [{"role": "assistant", "content": ""}] + [{"content": part}
                                                            for part in pieces(spec.text, spec.chunk)]
@@ -152,7 +154,7 @@ class VendorRoutes:
                     "text": {"format": {"type": "text"}},
                     "usage": render_usage("responses", usage, native)}
         if not req.get("stream"):
-            return _json(200, response, spec.delay)
+            return _json(200, response, _whole_delay(spec))
         where = {"item_id": message["id"], "output_index": 0, "content_index": 0}
         started = dict(response, status="in_progress", output=[], usage=None, incomplete_details=None)
         events = [("response.created", {"response": started}),
@@ -202,7 +204,7 @@ class VendorRoutes:
                    "content": [{"type": "text", "text": spec.text}], "stop_reason": stop_reason,
                    "stop_sequence": stop_sequence, "usage": usage}
         if not req.get("stream"):
-            return _json(200, message, spec.delay)
+            return _json(200, message, _whole_delay(spec))
         started = dict(message, content=[], stop_reason=None, stop_sequence=None,
                        usage=usage and dict(usage, output_tokens=1))
         events = [("message_start", {"message": started}),
@@ -238,12 +240,12 @@ class VendorRoutes:
             return {"candidates": [candidate], "modelVersion": model, "responseId": response_id,
                     **({"usageMetadata": usage} if finish and usage else {})}
         if op == "generateContent":
-            return _json(200, chunk(spec.text, True), spec.delay)
+            return _json(200, chunk(spec.text, True), _whole_delay(spec))
         parts = pieces(spec.text, spec.chunk)
         chunks = [chunk(part, index == len(parts) - 1) for index, part in enumerate(parts)]
         if record["query"].get("alt") == "sse":
             return _stream([(None, item) for item in chunks], spec)
-        return _json(200, chunks, spec.delay)
+        return _json(200, chunks, _whole_delay(spec))
 
     def _google_count(self, record, model):
         req = _body_of(record, "contents")
@@ -354,19 +356,27 @@ def _model_object(vendor, name) -> dict:
     return {"id": name, "object": "model", "created": 1735689600, "owned_by": "openai"}
 
 
+def _whole_delay(spec):
+    """A server that is slow to generate is slow to answer without streaming too: the whole
+    answer comes after the time its stream would take (`gap` per text delta)."""
+    return spec.delay + spec.gap * len(pieces(spec.text, spec.chunk))
+
+
 def _json(status, data, delay=0.0) -> Answer:
     return Answer(status, {"Content-Type": "application/json"}, json.dumps(data).encode("utf-8"), delay)
 
 
 def _stream(events, spec, first=0) -> Answer:
     """An SSE answer. By default the whole stream is sent at once with a Content-Length (clients
-    parse it the same way); with `spec.gap` or `spec.drop_after` each event is its own chunk of a
-    chunked body, `gap` seconds apart, and the connection is reset after `drop_after` text
-    deltas (events[first:] start with the deltas)."""
+    parse it the same way); with `spec.gap`, `spec.drop_after` or `spec.stall_after` each event
+    is its own chunk of a chunked body, `gap` seconds apart, and the connection is reset (or
+    falls silent, held open) after `drop_after` (`stall_after`) text deltas (events[first:]
+    start with the deltas)."""
     headers = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
-    if not spec.gap and spec.drop_after is None:
+    if not spec.gap and spec.drop_after is None and spec.stall_after is None:
         return Answer(200, headers, sse(events), spec.delay)
     chunks = tuple(sse([event]) for event in events)
     drop_at = None if spec.drop_after is None else first + spec.drop_after
+    stall_at = None if spec.stall_after is None else first + spec.stall_after
     return Answer(200, headers, b"", spec.delay, chunks=chunks, gap=spec.gap, drop_at=drop_at,
-                  first=first)
+                  stall_at=stall_at, first=first)

@@ -23,10 +23,13 @@ Data contract:
   their sorted JSON); output = estimate of the text. `reply(..., delay=s)` delays a good answer.
 - `stream: true` (or Gemini :streamGenerateContent) → the complete SSE stream in one response
   (Anthropic and Responses events carry `event:` lines; chat ends with `data: [DONE]`).
-  `reply(..., chunk=n, gap=s, drop_after=k)` streams slowly instead: text deltas of n characters,
-  every event its own chunk of a chunked body, each from the first text delta on sent s seconds
-  after the previous one, and with `drop_after` the connection is reset after k text deltas (a
-  stream cut off mid-way).
+  `reply(..., chunk=n, gap=s, drop_after=k, stall_after=k)` streams slowly instead: text deltas
+  of n characters, every event its own chunk of a chunked body, each from the first text delta
+  on sent s seconds after the previous one; with `drop_after` the connection is reset after k
+  text deltas (a stream cut off mid-way), with `stall_after` nothing more is sent after k text
+  deltas while the connection stays open (a server that stalls). A slow reply asked for without
+  streaming answers after the time its stream would take (gap per text delta), as a slow
+  server's does.
 - Faults: status + headers + body (dict/bytes; default the vendor's real error JSON), `delay`
   seconds before answering, `drop=True` resets the connection (RST) without an answer.
 - Inspection: `requests` (dicts: vendor, method, path, query, headers, key_headers, json, body,
@@ -142,10 +145,11 @@ class FakeVendor(VendorRoutes):
 
     # -- scripting -----------------------------------------------------------------
     def reply(self, text, *, finish="stop", usage=None, vendor=None, delay=0.0, chunk=0, gap=0.0,
-              drop_after=None):
+              drop_after=None, stall_after=None):
         if finish not in FINISH:
             raise ValueError(f"finish must be one of {sorted(FINISH)}: {finish!r}")
-        self._enqueue(ReplySpec(text, finish, usage, vendor, delay, chunk, gap, drop_after))
+        self._enqueue(ReplySpec(text, finish, usage, vendor, delay, chunk, gap, drop_after,
+                                stall_after))
 
     def reply_fn(self, fn, vendor=None):
         """fn(record) -> str | ReplySpec | Fault | None, used when the queue has nothing for the call."""

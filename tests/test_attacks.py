@@ -205,7 +205,8 @@ TMPDIR_ATTEMPTS = [
 RACE_WRITES = 40
 # nagent's own files
 NAGENT_STATE = ("home/.nagent/conversations/", "home/.nagent/cache", "home/.nagent/file-edits",
-                "home/.nagent/run", "home/.nagent/snapshots")   # the runs' own snapshots (issue 22)
+                "home/.nagent/run", "home/.nagent/projects",
+                "home/.nagent/snapshots")   # the runs' own snapshots (issue 22)
 ROOT_LEVEL = ("/TMP", "/tm\u0440", "/\uff54\uff4d\uff50", "/nonexistent-nagent-tmpdir")
 _RESULT = re.compile(r'<nagent-(write|file-patch)-result (path|index)="([^"]*)" status="(\w+)">\n(.*)',
                      re.S)

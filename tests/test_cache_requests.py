@@ -163,7 +163,7 @@ class InProcessCase(FakeVendorTestCase):
         return out
 
     def generation_requests(self, vendor):
-        marks = {"anthropic": "/v1/messages", "openai": "/v1/responses", "google": "generateContent"}
+        marks = {"anthropic": "/v1/messages", "openai": "/v1/responses", "google": "enerateContent"}
         return [r for r in self.fake.requests_for(vendor) if marks[vendor] in r["path"]
                 and not r["path"].endswith("count_tokens")]
 
@@ -210,7 +210,7 @@ class AnthropicCacheTest(InProcessCase):
         text = self.run_tool("nagent", "--status", "--conversation", "t").stdout
         self.assertIn(f"cache read {totals.cache_read_tokens} ", text)
         self.assertIn(f"cost: ${totals.cost_usd:.4f}", text)
-        self.assertIn("last run: 1 calls", text)
+        self.assertIn("last run: 1 call,", text)
 
 
 class OpenAICacheTest(InProcessCase):

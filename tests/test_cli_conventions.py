@@ -5,6 +5,7 @@ console scripts in a venv's bin/) runs nagent end to end, including the processe
 itself (a sub-agent, the split tool, tool discovery)."""
 import argparse
 import importlib
+import importlib.util
 import json
 import os
 import re
@@ -180,14 +181,23 @@ class InstalledLayoutTest(FakeVendorTestCase):
 
     def make_install(self):
         venv = os.path.join(self.tmp, "venv")
-        subprocess.run([sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", venv],
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv],
                        check=True, capture_output=True)
         python = os.path.join(venv, "bin", "python")
         site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
                               check=True, capture_output=True, text=True).stdout.strip()
+        # The SDKs the running suite has, wherever they are: --system-site-packages would give
+        # the BASE interpreter's packages, not those of a venv the suite runs in (issue 21).
+        with open(os.path.join(site, "suite-packages.pth"), "w", encoding="utf-8") as handle:
+            handle.write("".join(path + "\n" for path in sys.path
+                                 if os.path.basename(path) in ("site-packages", "dist-packages")))
         for name in os.listdir(HELPERS):
             if name.endswith(".py"):
                 shutil.copy(os.path.join(HELPERS, name), os.path.join(site, name))
+        # The install runs on the suite's own SDKs, whether the suite runs in a venv or not.
+        where = "import importlib.util as u; print(u.find_spec('google.genai').origin)"
+        seen = subprocess.run([python, "-c", where], check=True, capture_output=True, text=True)
+        self.assertEqual(seen.stdout.strip(), importlib.util.find_spec("google.genai").origin)
         for name, module in TOOLS.items():
             path = os.path.join(venv, "bin", name)
             with open(path, "w", encoding="utf-8") as handle:
@@ -237,3 +247,16 @@ class InstalledLayoutTest(FakeVendorTestCase):
         shell = text.rsplit("<nagent-shell-result>", 1)[1].split("</nagent-shell-result>")[0]
         self.assertIn(os.path.join(scripts, "nagent-file-split"), shell)
         self.assertIn("/usr/bin/python3", shell)
+        # Installed with pipx, a missing optional SDK is added with pipx inject (issue 21).
+        with open(os.path.join(venv, "pipx_metadata.json"), "w", encoding="utf-8") as handle:
+            handle.write('{"main_package": {"package": "nagent"}}\n')
+        shadow = os.path.join(self.tmp, "shadow", "mcp")
+        os.makedirs(shadow)
+        with open(os.path.join(shadow, "__init__.py"), "w", encoding="utf-8") as handle:
+            handle.write("raise ImportError('No module named mcp (shadowed for the test)')\n")
+        self.write_config({"mcp_servers": {"t": {"command": "true"}}})
+        hint = subprocess.run([os.path.join(scripts, "nagent-mcp"), "call", "t", "echo"],
+                              env=dict(env, PYTHONPATH=os.path.dirname(shadow)), cwd=self.cwd,
+                              stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+        self.assertCleanError(hint, 4, "the MCP SDK is not installed")
+        self.assertIn("(pipx inject nagent 'mcp>=2')", hint.stderr)

@@ -34,13 +34,17 @@ class InboxRuns(NagentRunCase):
         proc = self.start_nagent("--conversation", "busy", "fix the bug")
         self.addCleanup(lambda: proc.poll() is None and proc.kill())
         self.assertTrue(wait_for(lambda: os.path.exists(started), 60))
-        by_name = self.nagent("--send", "busy", CHANGELOG)
+        # What --ps prints, --send takes: the name, the pid, and the path --ps --json shows.
+        shown = json.loads(self.nagent("--ps", "--json").stdout)["instances"][0]
+        by_name = self.nagent("--send", shown["name"], CHANGELOG)
         self.assertEqual(by_name.returncode, 0, by_name.stderr)
         self.assertIn(f"sent to pid {proc.pid}", by_name.stdout)
-        by_pid = self.nagent("--send", str(proc.pid), "--json", "and bump the version")
+        by_pid = self.nagent("--send", str(shown["pid"]), "--json", "and bump the version")
         data = json.loads(by_pid.stdout)
         self.assertEqual((data["running"], data["queued"]), (proc.pid, False))
         self.assertTrue(data["conversation"].endswith("/busy"))
+        by_path = self.nagent("--send", shown["conversation"], "and the docs")
+        self.assertIn(f"sent to pid {proc.pid}", by_path.stdout, by_path.stderr)
         with open(go, "w"):
             pass
         out, err = proc.communicate(timeout=60)
@@ -50,6 +54,7 @@ class InboxRuns(NagentRunCase):
         text = self.request_text(second)
         self.assertEqual(text.count(CHANGELOG), 1)
         self.assertEqual(text.count("and bump the version"), 1)
+        self.assertEqual(text.count("and the docs"), 1)
         self.assertLess(text.index("nagent-shell-result"), text.index(CHANGELOG))
         self.assertLess(text.index(CHANGELOG), text.index("and bump the version"))
         self.assertIn("sent with nagent --send", text)
@@ -58,7 +63,7 @@ class InboxRuns(NagentRunCase):
         at = kinds.index(("prompt", "inbox"))
         self.assertEqual(kinds[at - 1][0], "result")     # after the action's result, not inside
         messages = self.inbox_records(self.named_path("busy"))
-        self.assertEqual([m.body for m in messages], [CHANGELOG, "and bump the version"])
+        self.assertEqual([m.body for m in messages], [CHANGELOG, "and bump the version", "and the docs"])
         self.assertEqual(os.listdir(inbox.inbox_dir(self.named_path("busy"))), ["claimed"])
         self.assertEqual(os.listdir(inbox.claimed_dir(self.named_path("busy"))), [])
 
@@ -129,6 +134,10 @@ class InboxRuns(NagentRunCase):
         self.assertEqual(inbox.waiting(self.named_path("exists")), 0)
         bad = self.nagent("--send", "../x", "hi")
         self.assertCleanError(bad, 2, "not a running pid or a conversation name")
+        for elsewhere in ("/etc/passwd", os.path.join(self.conversations, "archive", "exists"),
+                          os.path.join(self.conversations, "exists.d", "lock")):
+            outside = self.nagent("--send", elsewhere, "hi")
+            self.assertCleanError(outside, 2, "not a running pid or a conversation name")
         empty = self.nagent("--send", "exists", "  ")
         self.assertCleanError(empty, 2)
 

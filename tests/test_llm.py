@@ -149,7 +149,7 @@ class ProviderCallsTest(FakeVendorTestCase):
         self.assertEqual((result.input_tokens, result.cache_read_tokens, result.reasoning_tokens),
                          (40, 10, 4))
         request = self.fake.requests_for("google")[-1]
-        self.assertIn("gemini-2.5-flash:generateContent", request["path"])
+        self.assertIn("gemini-2.5-flash:streamGenerateContent", request["path"])  # always a stream
         self.assertEqual(request["json"]["contents"][0]["parts"][0]["text"], "What is 2+2?")
 
     def test_openai_compatible_chat_endpoint(self):

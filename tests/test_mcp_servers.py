@@ -161,14 +161,20 @@ class StdioServerTest(McpCase):
         self.fail("the MCP server outlived nagent-mcp")
 
     def test_timeout_kills_the_server_and_reports_it(self):
+        # The timeout covers the server's start-up too: it must outlast one measured start-up
+        # (SDK imports on both sides; seconds on a loaded 2-core machine), with a margin.
+        started = time.monotonic()
+        first = self.mcp("call", "test", "echo", "--args", '{"text": "up"}')
+        self.assertEqual(first.returncode, 0, first.stderr)
+        timeout = round(max(1.5, 2 * (time.monotonic() - started) + 1), 1)
         pidfile = os.path.join(self.tmp, "server.pid")
         started = time.monotonic()
-        proc = self.mcp("call", "test", "sleep", "--args", '{"seconds": 60}', "--timeout", "1.5",
+        proc = self.mcp("call", "test", "sleep", "--args", '{"seconds": 60}', "--timeout", str(timeout),
                         env=dict(self.env, MCP_TEST_PIDFILE=pidfile))
         elapsed = time.monotonic() - started
-        self.assertCleanError(proc, 5, "MCP server did not answer in time: test: no answer within 1.5 s "
-                                       "during tools/call sleep; it was stopped")
-        self.assertLess(elapsed, 30)
+        self.assertCleanError(proc, 5, f"MCP server did not answer in time: test: no answer within "
+                                       f"{timeout:g} s during tools/call sleep; it was stopped")
+        self.assertLess(elapsed, timeout + 30)
         server = self.wait_for_pid(pidfile)
         self.addCleanup(self.kill_if_alive, server)
         self.assertGone(server)
@@ -200,7 +206,7 @@ class StdioServerTest(McpCase):
             ("call", "dead", "echo", "--args", '{"text": "x"}'),
             ("call", "missing", "echo"),
             ("call", "noisy", "echo", "--args", '{"text": "still works"}'),
-            ("call", "junk", "echo", "--timeout", "1"))
+            ("call", "junk", "echo", "--timeout", "3"))  # time to start and print
         self.assertCleanError(crash, 5, "MCP server exited: test: during tools/call crash")
         self.assertIn("crashing on purpose", crash.stderr)
         self.assertCleanError(dead, 5, "MCP server exited: dead: during start-up")
@@ -289,11 +295,25 @@ class HttpServerTest(McpCase):
 
 @needs_sdk
 class LoopUsesMcpTest(NagentRunCase):
-    """The scripted model calls nagent-mcp through <nagent-shell> and answers from its output."""
+    """The scripted model calls nagent-mcp through <nagent-shell> and answers from its output,
+    also when the shell's python3 is not the run's interpreter (issue 21: the checkout's
+    nagent-mcp re-executes under the run's, which has the SDK)."""
+
+    def bare_python_first(self):
+        """PATH with a python3 first that is not the run's: a venv of the same interpreter
+        without any package (a checkout run from its venv, the shell finding the system one)."""
+        venv = os.path.join(self.tmp, "bare-venv")
+        os.makedirs(os.path.join(venv, "bin"))
+        real = os.path.realpath(sys.executable)
+        with open(os.path.join(venv, "pyvenv.cfg"), "w", encoding="utf-8") as handle:
+            handle.write(f"home = {os.path.dirname(real)}\ninclude-system-site-packages = false\n")
+        os.symlink(real, os.path.join(venv, "bin", "python3"))
+        return os.pathsep.join([os.path.join(venv, "bin"), self.env["PATH"]])
 
     def test_model_calls_a_tool_through_the_shell_and_uses_the_result(self):
         config = dict(self.CONFIG, **servers_config())
         self.write_config(config)
+        self.env["PATH"] = self.bare_python_first()   # the shim's python3 lacks the SDK
         self.fake.reply("<nagent-shell>"
                         "nagent-mcp call test describe_path --args '{\"path\": \"/srv/data\", \"depth\": 4}'"
                         "</nagent-shell>")

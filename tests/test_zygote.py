@@ -79,3 +79,20 @@ class ZygoteExitTest(HermeticTestCase):
     def test_timeout_kills_the_child(self):
         with self.assertRaises(subprocess.TimeoutExpired):
             self.run_forked("import time; time.sleep(60)", timeout=1)
+
+
+class PidReuseTest(HermeticTestCase):
+    """The kernel reuses pids (pid_max 32768 on these machines, shared by every engineer's
+    suite): a child's exit must be told apart from the exit of an earlier child that had its
+    pid. Keyed by pid, a run whose pid was reused "ended" at once with the old child's code and
+    no output (seen as exit 6 with an empty stderr, and as CompactCommandTest failing)."""
+
+    def test_a_reused_pid_never_answers_for_its_new_child(self):
+        server = zygote.Zygote.__new__(zygote.Zygote)   # the bookkeeping only, no process
+        server.init_state()
+        for line in ("spawned 1 4242", "exit 1 6", "spawned 2 4242"):
+            server.record(line)
+        new = zygote.Forked(server, server.spawned.pop(2), 2)
+        self.assertIsNone(new.poll())
+        server.record("exit 2 0")
+        self.assertEqual(new.wait(1), 0)

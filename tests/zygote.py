@@ -10,7 +10,8 @@ behave as the tool's. What a child shares with its zygote is only what an import
 Data contract:
 - `Zygote(root, warm=False)` starts the server (`root`: a private dir for its warm-up run);
   `spawn(script, args, env, cwd, stdout, stderr, stdin=None, detach=False)` forks a run and
-  returns a `Forked` (poll / wait / kill / returncode, like subprocess.Popen); `run(script, args,
+  returns a `Forked` (poll / wait / kill / returncode, like subprocess.Popen; its exit is keyed
+  by the spawn's serial, not its pid: pids are reused, pid_max is 32768); `run(script, args,
   env, cwd, input, timeout, detach=False)` runs one to the end and returns a text
   subprocess.CompletedProcess, raising subprocess.TimeoutExpired (after killing the child) as
   subprocess.run does. `detach`: the child starts a new session (no controlling terminal).
@@ -45,11 +46,7 @@ class Zygote:
         self.proc = subprocess.Popen([sys.executable, SERVER, HELPERS], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, text=True, env=clean_environ(),
                                      cwd=root)
-        self.events = {"spawned": {}, "exit": {}, "warm": {}}
-        self.spawned, self.exits, self.serial = self.events["spawned"], self.events["exit"], 0
-        self.gone = False
-        self.changed = threading.Condition()
-        self.send_lock = threading.Lock()
+        self.init_state()
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
         if warm:
@@ -70,12 +67,23 @@ class Zygote:
                 self.close()
                 raise
 
+    def init_state(self):
+        self.events = {"spawned": {}, "exit": {}, "warm": {}}
+        self.spawned, self.exits, self.serial = self.events["spawned"], self.events["exit"], 0
+        self.gone = False
+        self.changed = threading.Condition()
+        self.send_lock = threading.Lock()
+
+    def record(self, line):
+        """One report of the server: `spawned ID PID`, `exit ID CODE` or `warm 0 CODE`."""
+        word, key, value = line.split()
+        with self.changed:
+            self.events[word][int(key)] = int(value)
+            self.changed.notify_all()
+
     def _read(self):
         for line in self.proc.stdout:
-            word, key, value = line.split()
-            with self.changed:
-                self.events[word][int(key)] = int(value)
-                self.changed.notify_all()
+            self.record(line)
         with self.changed:
             self.gone = True  # the zygote died: nobody waits for it any longer
             self.changed.notify_all()
@@ -100,7 +108,7 @@ class Zygote:
                    "detach": detach})
         self.wait_for(lambda: serial in self.spawned, "no fork")
         with self.changed:
-            return Forked(self, self.spawned.pop(serial))
+            return Forked(self, self.spawned.pop(serial), serial)
 
     def run(self, script, args, env, cwd, input=None, timeout=120, detach=False):
         scratch = tempfile.mkdtemp(prefix="run-", dir=self.root)
@@ -132,24 +140,25 @@ class Zygote:
 
 
 class Forked:
-    """poll / kill / wait / returncode of a zygote child, like subprocess.Popen."""
+    """poll / kill / wait / returncode of a zygote child, like subprocess.Popen. Its exit is
+    found by its spawn serial: its pid may since belong to another child."""
 
-    def __init__(self, zygote, pid):
-        self.zygote, self.pid = zygote, pid
+    def __init__(self, zygote, pid, serial):
+        self.zygote, self.pid, self.serial = zygote, pid, serial
 
     @property
     def returncode(self):
-        return self.zygote.exits.get(self.pid)
+        return self.zygote.exits.get(self.serial)
 
     def poll(self):
         return self.returncode
 
     def kill(self):
-        self.zygote.send({"op": "kill", "pid": self.pid})
+        self.zygote.send({"op": "kill", "id": self.serial})
 
     def wait(self, timeout=60):
-        self.zygote.wait_for(lambda: self.pid in self.zygote.exits, f"child {self.pid} did not exit",
-                             timeout)
+        self.zygote.wait_for(lambda: self.serial in self.zygote.exits,
+                             f"child {self.pid} did not exit", timeout)
         return self.returncode
 
 

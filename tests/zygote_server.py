@@ -1,6 +1,8 @@
 """The zygote server (see tests/zygote.py): imports the SDKs and helpers once, then reads one JSON
 job per line on stdin — warm, spawn, kill — and reports on stdout: `warm 0 CODE`,
-`spawned ID PID`, `exit PID CODE`. argv[1] is bin/helpers. Single-threaded, so forking is safe."""
+`spawned ID PID`, `exit ID CODE`. A child is named by its job ID, never by its pid: the kernel
+reuses pids (pid_max is 32768 here), and a pid's old exit must never answer for its new child.
+argv[1] is bin/helpers. Single-threaded, so forking is safe."""
 import json, os, runpy, select, sys
 sys.path[0] = os.path.dirname(sys.argv[1])  # as for `python3 bin/TOOL`: bin/, not tests/
 sys.path.insert(0, sys.argv[1])
@@ -14,7 +16,7 @@ try:
     import nagent_main_mcp, nagent_mcp_client  # noqa: F401
 except ImportError:
     pass  # the optional MCP SDK: nagent-mcp runs then report it missing, as they would
-children, buffer = set(), b""
+children, buffer = {}, b""   # pid -> job id of each live child
 
 def say(*words):
     sys.stdout.write(" ".join(map(str, words)) + "\n")
@@ -112,8 +114,7 @@ while True:
         pid, status = os.waitpid(-1, os.WNOHANG)
         if pid == 0:
             break
-        children.discard(pid)
-        say("exit", pid, os.waitstatus_to_exitcode(status))
+        say("exit", children.pop(pid), os.waitstatus_to_exitcode(status))
     data = os.read(0, 65536) if ready else b"-"
     if not data:
         break
@@ -127,9 +128,9 @@ while True:
             pid = os.fork()
             if pid == 0:
                 child(job)
-            children.add(pid)
+            children[pid] = job["id"]
             say("spawned", job["id"], pid)
-        elif job["op"] == "kill" and job["pid"] in children:
-            os.kill(job["pid"], 9)
+        elif job["op"] == "kill" and job["id"] in children.values():
+            os.kill(next(pid for pid, ident in children.items() if ident == job["id"]), 9)
 for pid in children:
     os.kill(pid, 9)

@@ -18,6 +18,7 @@ Data contract (pure functions):
 import re
 
 from nagent_replace import parse_pairs
+from nagent_terminal_text import counted
 from nagent_terminal_text import one_line as _one_line
 
 SUMMARY_LIMIT = 200
@@ -63,7 +64,7 @@ def action_summary(action):
             count = len(parse_pairs(action.body))
         except ValueError:
             count = 0
-        return one_line(action.attr("path", "") + f" ({count} pair{'s' if count != 1 else ''})")
+        return one_line(action.attr("path", "") + f" ({counted(count, 'pair')})")
     if kind == "file-edit":
         path = one_line(action.attr("path", ""), SUMMARY_LIMIT // 2)
         return path + '  "' + one_line(action.body, SUMMARY_LIMIT - len(path) - 4) + '"'
@@ -94,7 +95,7 @@ def _why(outcome):
 def _children(child):
     calls = int(child.get("model_calls") or 0)
     tokens = int(child.get("input_tokens") or 0) + int(child.get("output_tokens") or 0)
-    return calls, tokens, f"{calls} call{'s' if calls != 1 else ''} · {human_count(tokens)} tokens"
+    return calls, tokens, f"{counted(calls, 'call')} · {human_count(tokens)} tokens"
 
 
 def _shell(body, seconds, why=""):
@@ -116,7 +117,7 @@ def _shell(body, seconds, why=""):
     elif "stdout:" in lines:
         count = len(lines) - len(header) - 2 - (1 if lines[-1] == "" else 0)
         facts["lines"] = max(0, count)
-        parts.append(f"{facts['lines']} line{'s' if facts['lines'] != 1 else ''}")
+        parts.append(counted(facts['lines'], "line"))
     ok = facts["exit_code"] == 0 and not timed_out
     return dict(facts, ok=ok, outcome=" · ".join(parts))
 

@@ -19,13 +19,18 @@ Data contract:
   allow `forms` for the rest of the session (`allow`); then, when `save_to` is given, a second
   question saves them to that config file too (`save`). e/explain: do not run, and read one
   line: the reason the model gets (`reason`). Anything else: do not run. Never raises.
+  Every question is read in line mode with echo, whatever mode the terminal was in (restored
+  after), and the whole exchange holds the terminal (nagent_terminal_lock.terminal_held), so no
+  other reader (a session's reader of text typed during a run, another nagent's question on the
+  same terminal) takes its answers.
 - `tell_on_tty(text)`: a line for the user on the terminal (e.g. that a rule was saved).
 """
 import os
 import termios
 from collections import namedtuple
 
-from nagent_terminal_text import escape, unsafe
+from nagent_terminal_lock import terminal_held
+from nagent_terminal_text import counted, escape, unsafe
 
 LONG_LINES = 10
 Answer = namedtuple("Answer", "run allow save reason")
@@ -46,11 +51,11 @@ def question(forms):
 
 def prompt_text(command, asked_by="", forms=(), what="run a shell command"):
     lines, escaped = shown_lines(command)
-    count = f"{len(lines)} line{'s' if len(lines) != 1 else ''}"
+    count = counted(len(lines), "line")
     text = f"nagent wants to {what} ({count}):\n"
     text += "".join(f"    {line}\n" for line in lines)
     if escaped:
-        text += (f"({escaped} control or invisible character{'s' if escaped != 1 else ''} shown "
+        text += (f"({counted(escaped, 'control or invisible character')} shown "
                  "as \\x.., \\u.. or \\U.. escapes)\n")
     for n, reason in enumerate(asked_by.split("\n") if asked_by else ()):
         text += f"{'asked by: ' if n == 0 else '     and: '}{escape(reason)}\n"
@@ -65,10 +70,16 @@ def prompt_text(command, asked_by="", forms=(), what="run a shell command"):
 
 def ask_on_tty(command, tty_path="/dev/tty", asked_by="", forms=(), save_to="",
                what="run a shell command"):
+    with terminal_held():
+        return _exchange(command, tty_path, asked_by, forms, save_to, what)
+
+
+def _exchange(command, tty_path, asked_by, forms, save_to, what):
     try:
         fd = os.open(tty_path, os.O_RDWR | os.O_NOCTTY)
     except OSError:
         return None
+    saved = _line_mode(fd)
     try:
         reply = _ask(fd, prompt_text(command, asked_by, forms, what))
         if reply is None:
@@ -87,6 +98,8 @@ def ask_on_tty(command, tty_path="/dev/tty", asked_by="", forms=(), save_to="",
             return Answer(False, (), False, reason or "")
         return NO
     finally:
+        if saved is not None:
+            _set_mode(fd, saved)
         os.close(fd)
 
 
@@ -119,6 +132,29 @@ def _ask(fd, text, lower=True):
         return None
     line = answer.decode("utf-8", "replace").strip()
     return line.lower() if lower else line
+
+
+def _set_mode(fd, attrs):
+    try:
+        termios.tcsetattr(fd, termios.TCSANOW, attrs)
+    except (OSError, termios.error):
+        pass
+
+
+def _line_mode(fd):
+    """Line mode with echo for the answer (a session may have the terminal in character mode);
+    the mode it was in, to restore, or None when it already was."""
+    try:
+        saved = termios.tcgetattr(fd)
+    except (OSError, termios.error):
+        return None
+    wanted = termios.ICANON | termios.ECHO
+    if saved[3] & wanted == wanted:
+        return None
+    line = list(saved)
+    line[3] = saved[3] | wanted
+    _set_mode(fd, line)
+    return saved
 
 
 def _discard_typeahead(fd):

@@ -34,6 +34,7 @@ import nagent_batch_workspace as workspace
 from nagent_batch_exec import Outcome, RunOptions, new_attempt, new_result, now_iso, run_attempt
 from nagent_batch_tasks import parse_task, task_json, task_sha
 from nagent_errors import SetupError
+from nagent_install import install_command
 
 CONNECT_TIMEOUT = "20s"
 
@@ -94,7 +95,7 @@ class DaskEngine:
             import distributed
         except ImportError:
             raise SetupError("the dask engine needs the distributed package", "distributed",
-                             "pip install 'nagent[batch]', or python3 -m pip install distributed") from None
+                             install_command("distributed")) from None
         self.distributed, self.options = distributed, options
         self.topic = f"nagent-{options.run.tag}"
         try:

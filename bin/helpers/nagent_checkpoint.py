@@ -215,8 +215,9 @@ def write_checkpoint(conversation, records, size, generate_text, now, window=0, 
     offset = meta["covers_bytes"] if meta and meta.get("window", 0) == window else 0
     result = generate_text(checkpoint_prompt(previous, transcript_since(records, offset, limit)))
     problem = schema_problem(strip_to_schema(result.text))
-    if problem is None and getattr(result, "finish_reason", "stop") == "length":
-        problem = "cut off by the output limit"
+    if problem is None and getattr(result, "finish_reason", "stop") in ("length", "cut"):
+        problem = "cut off by the output limit" if result.finish_reason == "length" else \
+            "cut off by the connection"
     if problem:
         return None, result, problem
     text = compose_checkpoint(result.text, previous, size, window, now)

@@ -5,8 +5,9 @@ Data contract:
 - `early_exit(argv, prog, text)` returns True after printing `text` (one line) when argv asks
   for --description, or the version line when it asks for --version (before any "--"); tools
   call it before building argparse so both stay cheap.
-- `run_main(fn, argv, json_document=None, events=False, structured=False)` first makes the
-  process non-dumpable (nagent_secrets.make_undumpable: its children cannot read its
+- `run_main(fn, argv, json_document=None, events=False, structured=False)` first re-executes a
+  checkout tool under the run's interpreter when a shell action started it under another one
+  (nagent_install.reexec_under_run_python), then makes the process non-dumpable (nagent_secrets.make_undumpable: its children cannot read its
   environment or memory), then calls `fn(argv) -> int`, turning NagentError into one stderr
   line and its exit code, KeyboardInterrupt into 130, an exit signal (SIGTERM 143, SIGHUP 129)
   into its code, and any other exception (a bug) into one "internal error" line and exit 1;
@@ -24,7 +25,11 @@ Data contract:
   list, every secret nagent knows (nagent_config.known_secrets) is blanked; `redacted(value,
   secrets)` blanks a list of them in every string of JSON-shaped data.
 - `argument_parser(**kwargs)` is argparse whose usage errors raise UsageError (one line in the
-  `Error: <what>: <value> (<fix>)` shape); every parser has --version.
+  `Error: <what>: <value> (<fix>)` shape); every parser has --version and takes no abbreviated
+  flag (allow_abbrev is off for every parser it makes): an unknown flag is an error whose fix
+  is "did you mean --FLAG?" when one is close (`suggestion`).
+- `report_incomplete(result)`: nagent-llm-text's and nagent-llm-upload's warning for an
+  incomplete reply, and their exit code.
 - `read_prompt(words, stdin)` returns (prompt text, source) for argv, piped stdin, or argv
   text followed by stdin when the last word is "-"; no prompt → UsageError. `current_cwd()` is
   the working directory, or InputError when it was deleted.
@@ -43,6 +48,7 @@ import sys
 import time
 
 from nagent_errors import EXIT_CODES, ExitSignal, InputError, NagentError, UsageError
+from nagent_install import reexec_under_run_python
 from nagent_secrets import SHELL_ACTION_VAR, make_undumpable
 from nagent_secrets import redact as redact_values
 
@@ -127,6 +133,7 @@ def emit_structured_error(mode, error, json_document=None, seconds=0.0):
 def run_main(fn, argv=None, json_document=None, events=False, structured=False):
     """Run a tool's main body with the shared error convention. Returns the exit code."""
     argv = sys.argv[1:] if argv is None else list(argv)
+    reexec_under_run_python()   # a checkout tool a shell action ran under another python3
     make_undumpable()
     mode = structured_mode(argv, events) if structured or json_document else None
     started = time.monotonic()
@@ -152,6 +159,17 @@ def run_main(fn, argv=None, json_document=None, events=False, structured=False):
     except BrokenPipeError:
         pass
     return problem.exit_code
+
+
+def report_incomplete(result):
+    """After a one-reply tool printed `result` (a nagent_llm.Result): its warning when it is
+    incomplete, and the exit code (11 for a reply the connection cut, else 0)."""
+    import nagent_llm  # the tools that call it have imported it already
+    warning = nagent_llm.incomplete_warning(result)
+    if warning:
+        sys.stdout.flush()
+        sys.stderr.write(warning + "\n")
+    return nagent_llm.incomplete_exit_code(result)
 
 
 def read_stdin(stdin):
@@ -281,11 +299,20 @@ def argument_parser(**kwargs):
             super().__init__(prog, **kwargs)
 
     class Parser(argparse.ArgumentParser):
+        def __init__(self, **options):
+            # A prefix of a flag is never that flag: `--mode plan` must not run with model "plan".
+            # Here, not at the call site, so every parser (a subparser too) refuses them.
+            options["allow_abbrev"] = False
+            super().__init__(**options)
+
         def error(self, message):
             # "invalid choice: 'x' (choose from ...)" would nest in the line's own parentheses.
             message = message.replace(" (choose from ", "; choose from ")
             if "; choose from " in message and message.endswith(")"):
                 message = message[:-1]
+            flag = unknown_flag(message)
+            if flag:
+                raise UsageError("unknown flag", flag, suggestion(self, flag))
             raise UsageError(message, "", f"see {self.prog} --help")
 
     # No abbreviations: `--mode` must never be read as `--model` by a tool without --mode.
@@ -293,6 +320,28 @@ def argument_parser(**kwargs):
     parser.add_argument("--version", action="version", version=version_line(parser.prog),
                         help="print the version and exit")
     return parser
+
+
+def unknown_flag(message):
+    """The first unknown --flag of argparse's "unrecognized arguments" message, or None."""
+    if not message.startswith("unrecognized arguments: "):
+        return None
+    words = [word for word in message.split(": ", 1)[1].split() if word.startswith("--")]
+    return words[0].split("=", 1)[0] if words else None
+
+
+def suggestion(parser, given):
+    """The fix for unknown flag `given`: "did you mean --model?" when flags --help shows are
+    close (those it is a prefix of, else the closest spellings), else a pointer at --help."""
+    flags = [flag for action in parser._actions if action.help != "==SUPPRESS=="
+             for flag in action.option_strings if flag.startswith("--")]
+    matches = [flag for flag in flags if flag.startswith(given)]
+    if not matches:
+        from difflib import get_close_matches  # only a mistyped command line pays for it
+        matches = get_close_matches(given, flags, n=3, cutoff=0.75)
+    if not matches:
+        return f"see {parser.prog} --help"
+    return f"did you mean {' or '.join(matches[:3])}? see {parser.prog} --help"
 
 
 PROVIDER_FLAGS = ("provider", "model", "timeouts.connect", "timeouts.read", "retry.max_attempts")

@@ -14,6 +14,10 @@ nagent shell action a prompt run and the commands that call a model are refused 
 A prompt run reports through the events sinks nagent_output chooses (live display, streamed
 answer, --events lines); an error raised after the settings are resolved carries `context`
 (provider, model, conversation) for the --json and --events error output of nagent_cli.run_main.
+`select_conversation(options, environ)` turns -c/--continue and --resume NAME into the
+--conversation they select (nagent_resume), before anything else reads the options. A run that
+starts a fresh conversation of this shell prints one `continuing? nagent -c` hint line when
+another conversation of the same project was used recently (`continue_hint`).
 """
 import os
 import sys
@@ -60,7 +64,55 @@ NESTED_TAGS = ('<nagent-agent>task</nagent-agent> for a sub-task, <nagent-file-e
 MODEL_COMMANDS = ("summarize", "edit_conversation", "compact")
 
 
-def run_prompt(options):
+def select_conversation(options, environ):
+    """-c/--continue and --resume NAME select a conversation as --conversation NAME does: they
+    set options["conversation"] (-c with nothing to continue: this shell's, with a warning)."""
+    name, follow = options.get("resume"), options.get("continue")
+    if not name and not follow:
+        return
+    flag = "--continue" if follow else "--resume"
+    if follow and options.get("resume") is not None:
+        raise UsageError("choose one of --continue and --resume", "--resume",
+                         "-c continues this directory's latest conversation, --resume picks one")
+    for key in ("conversation", "pid", "file_edit", "new"):
+        if options.get(key) not in (None, False):
+            raise UsageError(f"{flag} selects the conversation itself", "--" + key.replace("_", "-"),
+                             f"use {flag} or --{key.replace('_', '-')}, not both")
+    import nagent_resume
+    if name:
+        options.update(conversation=nagent_resume.resume_name(name, environ), resume=None)
+        return
+    options["continue"] = False
+    target = nagent_resume.continue_target(environ, current_cwd())
+    if target is None:
+        sys.stderr.write("warning: nothing to continue: no conversation was started in this "
+                         "directory's project yet; using this shell's conversation\n")
+    else:
+        options["conversation"] = target.name
+
+
+def continue_hint(options, session, mode):
+    """One line when this shell starts a fresh conversation while a recent one of the same
+    project exists (only where the live view shows: a terminal, or -v)."""
+    if (mode != "text" or options.get("quiet") or options.get("conversation") or options.get("new")
+            or session.file_edit or options.get("invocation") == "delegated"
+            or os.path.exists(session.path)):
+        return
+    if not (options.get("verbose") or sys.stderr.isatty()):
+        return
+    import time
+    import nagent_resume
+    line = nagent_resume.hint_line(session.path, session.environ or dict(os.environ),
+                                   current_cwd(), time.time())
+    if line:
+        sys.stderr.write(line + "\n")
+
+
+def run_prompt(options, typed=None, during=None, warn=True):
+    """A prompt run. `typed` (text, source) is a prompt given by the caller (the interactive
+    session) instead of argv or stdin; `during(session, out)` returns a context manager held
+    around the loop (the session's reader of text typed meanwhile); `warn` False keeps config
+    warnings already shown."""
     from nagent_session import build_session, check_conversation
     refuse_in_shell_action("nagent", NESTED_TAGS)
     check_combinations([], options)
@@ -70,41 +122,46 @@ def run_prompt(options):
                          "see nagent --help")
     check_conversation(options, os.environ)  # a bad name or a missing file comes first
     if options.get("retry"):  # the loop finds the prompt, under the conversation's lock
-        if options.get("prompt"):
-            raise UsageError("--retry takes no prompt", " ".join(options["prompt"]))
+        if options.get("prompt") or typed:
+            raise UsageError("--retry takes no prompt", " ".join(options.get("prompt") or []))
         prompt, source = None, "retry"
+    elif typed is not None:
+        prompt, source = typed
     else:
         prompt, source = read_prompt(options.get("prompt") or [], sys.stdin)
     delegated = options.get("invocation") == "delegated"
     if delegated:
         source = "delegated"
     # A delegated child reads the parent's config: the parent already warned about it.
-    settings = load_settings(options, warn=not delegated)
+    settings = load_settings(options, warn=warn and not delegated)
     context = {"provider": settings.provider.name, "model": settings.model}
     try:
         session = build_session(options, dict(os.environ), current_cwd(), settings)
         context["conversation"] = session.path
         if session.file_edit and session.file_edit.get("warning"):
             sys.stderr.write(f"warning: {session.file_edit['warning']}\n")
+        continue_hint(options, session, mode)
         if options.get("new") and os.path.exists(session.path):
             import nagent_conversation_lifecycle as lifecycle
             lifecycle.archive(session.path, reason="new")
         for warning in session.warnings:
             sys.stderr.write(f"warning: {warning}\n")
-        return run_session(session, prompt, source, options, mode)
+        return run_session(session, prompt, source, options, mode, during)
     except NagentError as error:
         error.context = context  # provider, model and conversation for --json and --events
         raise
 
 
-def run_session(session, prompt, source, options, mode):
+def run_session(session, prompt, source, options, mode, during=None):
     """Run the loop with the sinks the flags and the terminal choose; print the outcome."""
+    import contextlib
     import nagent_output
     from nagent_loop import run_agent_loop
     out = nagent_output.choose_output(options, session.settings, sys.stdout, sys.stderr,
                                       os.environ)
     try:
-        outcome = run_agent_loop(session, prompt, source, out.events)
+        with during(session, out) if during else contextlib.nullcontext():
+            outcome = run_agent_loop(session, prompt, source, out.events)
         # Keys the config names (e.g. "${CORP_KEY}") are not in the environment's *_API_KEY set
         # that report_error knows: blank the session's own list in everything printed.
         data = redacted(outcome.as_dict(), session.secrets)

@@ -380,8 +380,11 @@ def key_source(settings):
 
 # -- the effective settings, for `nagent --config` ------------------------------------------
 def _shown(value):
+    """A setting as the user writes it: 300, not the 300.0 the typed field holds."""
     if isinstance(value, tuple):
         return list(value)
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
     return value
 
 
@@ -416,7 +419,8 @@ def describe_settings(settings):
                              source))
         elif key.name == "prices":
             for model, price in settings.prices.items():
-                rows.append((f"prices.{model}", dict(vars(price)), source))
+                rows.append((f"prices.{model}", {part: _shown(number) for part, number
+                                                 in price._asdict().items()}, source))
         elif key.name == "permissions":
             rows += permission_rows(settings.permissions)
         else:

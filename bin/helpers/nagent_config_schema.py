@@ -266,9 +266,12 @@ def unknown_keys(data, path=""):
 
 
 def check_value(key, value, written, where, flag=False):
-    """`value` typed per the row, or ConfigError (UsageError for a flag) naming `written`."""
+    """`value` typed per the row, or ConfigError (UsageError for a flag) naming `written`.
+    The error shows the value as it was written (a flag's "0", not the 0.0 it converts to)."""
+    given = value
+
     def bad():
-        shown = value if flag and isinstance(value, str) else json.dumps(value, default=str)
+        shown = given if flag and isinstance(given, str) else json.dumps(given, default=str)
         if flag:
             return UsageError(f"{written} {key.requirement()}", shown)
         return ConfigError(f"{written} {key.requirement()}", f"{shown} in {where}",

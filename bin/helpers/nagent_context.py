@@ -1,7 +1,7 @@
 """The initial context a conversation starts from, split for provider prompt caching.
 
 Data contract:
-- `InitialContext(static, session, files, warnings)`: `static` depends only on the mode ("main"
+- `InitialContext(static, session, files, warnings, root)`: `static` depends only on the mode ("main"
   or "file-edit"), the tag grammar, the discovered tool list (nagent's own bin/ and
   ~/.nagent/bin) and the MCP server names; it holds no timestamps, pids, paths, user or host
   names, nor anything of the project, so every request of that mode starts with the same bytes.
@@ -11,10 +11,11 @@ Data contract:
   nagent_project.probe_project), for
   file-edit mode the target's facts, the context layers user, project, directory
   (nagent_context_layers), the skills list (nagent_skills), and the project's tools (described
-  only when trusted, by running nagent's private copy of the trusted bytes: nagent_trust). `files` are the context files read ({"layer", "path",
-  "bytes", "cut"}); `warnings` lines for the user (a refused project root, project tools not
-  run). `meta` is what the
-  conversation's meta record keeps.
+  only when trusted, by running nagent's private copy of the trusted bytes: nagent_trust).
+  `files` are the context files read ({"layer", "path", "bytes", "cut"}); `warnings` lines for
+  the user (a refused project root, project tools not run); `root` the project root found (its
+  realpath), else the working directory's realpath: where the conversation starts
+  (nagent_project_conversations). `meta` is what the conversation's meta record keeps.
 - `shell_facts(sandbox, network, writable, approval, mode, read_only)` -> (key, value) facts: in
   plan mode what that allows (`read_only`: the trees a bwrap sandbox holds read-only; empty: no
   sandbox, only read-only commands run); with the bwrap sandbox, whether the network is on and
@@ -78,6 +79,7 @@ class InitialContext:
     session: str
     files: tuple = ()      # the context files read: {"layer", "path", "bytes", "cut"}
     warnings: tuple = ()   # lines for the user (untrusted project tools)
+    root: str = ""         # the project root, or the directory outside a project
 
     @property
     def meta(self):
@@ -338,7 +340,7 @@ def project_tools_text(project, environ, secret_names=None, sandbox="none"):
 
 def session_parts(mode, environ, cwd, now, file_edit, options=None, shell=(), secret_names=None,
                   sandbox="none"):
-    """(session text, context files read, warnings for the user)."""
+    """(session text, context files read, warnings for the user, the project or None)."""
     project, refused = probe_project(cwd, environ, secret_names)
     parts = [environment_facts(environ, cwd, now, project, shell, refused)]
     if mode == "file-edit":
@@ -355,7 +357,7 @@ def session_parts(mode, environ, cwd, now, file_edit, options=None, shell=(), se
         warnings += tool_warnings
         parts.append(text)
     files = tuple(item for layer in layers for item in layer.files)
-    return "\n\n".join(part for part in parts if part) + "\n", files, warnings
+    return "\n\n".join(part for part in parts if part) + "\n", files, warnings, project
 
 
 def session_text(mode, environ, cwd, now, file_edit, options=None):
@@ -377,10 +379,11 @@ def build_initial_context(mode="main", environ=None, cwd=None, now=None, tools=N
         from nagent_discovery import default_bin_dirs, default_cache_path, discover_tools
         tools = discover_tools(default_bin_dirs(environ), default_cache_path(environ),
                                environ=environ, secret_names=secret_names)
-    session, files, warnings = session_parts(mode, environ, cwd, now, file_edit, options, shell,
-                                             secret_names, sandbox)
+    session, files, warnings, project = session_parts(mode, environ, cwd, now, file_edit, options,
+                                                      shell, secret_names, sandbox)
     return InitialContext(static=static_text(mode, tools, mcp_servers), session=session,
-                          files=files, warnings=warnings)
+                          files=files, warnings=warnings,
+                          root=project.root if project else os.path.realpath(cwd))
 
 
 def create_initial_text(ctx):

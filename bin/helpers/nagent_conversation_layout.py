@@ -37,8 +37,11 @@ conversations, and can be deleted); "NAME.checkpoint.md" is adopted into NAME.d/
 `selected_pid(options, environ)` -> the conversation id a command means, the one rule every
 command uses (the conversation, the file-edit index): --pid ID checked by `valid_pid`, else (no
 or an empty --pid) `default_pid(environ)`, this shell's id from the environment given.
-`selected_conversation(options, environ)` -> (path, pid) that --conversation NAME and --pid ID
-select (this shell's default without them), checked by the rules above; a --file-edit
+`given_name(text, environ)` -> the name a user gave: a name, or the path of a conversation in
+conversations_dir as the commands print it (--status, --ps, --list-conversations --json);
+whatever one command prints, the others accept.
+`selected_conversation(options, environ)` -> (path, pid) that --conversation NAME (or its path)
+and --pid ID select (this shell's default without them), checked by the rules above; a --file-edit
 conversation is found through the file-edit index instead (nagent_session.resolve_conversation).
 Every function here is pure path arithmetic except `side_dir` (creates the directory, 0700) and
 `adopt_legacy_checkpoint`.
@@ -47,7 +50,7 @@ import os
 import re
 
 from nagent_errors import InputError, UsageError
-from nagent_paths import conversations_dir, nagent_home
+from nagent_paths import conversations_dir, home_dir, nagent_home
 
 STATE_SUFFIX = ".d"
 ARCHIVE_DIR = "archive"
@@ -111,6 +114,23 @@ def conversation_path(name, environ=None):
     return os.path.join(conversations_dir(environ), validate_name(name))
 
 
+def given_name(text, environ=None):
+    """A conversation as a user gives it: its name, or its absolute path as --status, --ps and
+    --list-conversations print it (a file directly in conversations_dir). The name, checked;
+    any other path is a UsageError."""
+    text = str(text)
+    if not text.startswith((os.sep, "~" + os.sep)):
+        return validate_name(text)    # "../x" is a bad name, never a path
+    folder = conversations_dir(environ)
+    if text.startswith("~"):
+        text = os.path.join(home_dir(environ), text[2:])
+    parent, name = os.path.split(os.path.normpath(text))
+    if parent not in (folder, os.path.realpath(folder)):
+        raise UsageError("invalid conversation name", text,
+                         f"give a name, or the path of a conversation in {folder}")
+    return validate_name(name)
+
+
 def default_conversation_path(environ=None, pid=None, hostname=None):
     host = sanitize(hostname or os.uname().nodename)[:100] or "localhost"
     pid = default_pid(environ) if pid is None else valid_pid(pid)
@@ -121,7 +141,7 @@ def default_conversation_path(environ=None, pid=None, hostname=None):
 def selected_conversation(options, environ=None):
     pid = selected_pid(options, environ)
     if options.get("conversation"):
-        return conversation_path(validate_name(options["conversation"]), environ), pid
+        return conversation_path(given_name(options["conversation"], environ), environ), pid
     return default_conversation_path(environ, pid=pid), pid
 
 
@@ -161,8 +181,12 @@ def archive_dir(path):
     return os.path.join(os.path.dirname(os.path.abspath(os.fspath(path))), ARCHIVE_DIR)
 
 
+def file_index_dir(environ=None):
+    return os.path.join(nagent_home(environ), "file-edits")
+
+
 def file_index_path(pid, environ=None):
-    return os.path.join(nagent_home(environ), "file-edits", f"index-{valid_pid(pid)}.json")
+    return os.path.join(file_index_dir(environ), f"index-{valid_pid(pid)}.json")
 
 
 def is_state_name(name):

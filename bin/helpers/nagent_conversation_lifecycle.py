@@ -21,8 +21,12 @@ Data contract
   branching onto that path (flock conflicts within one process too), or use archive_locked(),
   replace the file itself and call writer.reopen().
 * Copies take complete records only: a torn tail of the source is left out.
-* `list_conversations(environ)`: one entry per conversation file (saved, latest-*, archived), never
-  nagent's own files (state dirs, old-layout locks, torn tails, checkpoints, indexes).
+* `list_conversations(environ)`: one entry per conversation file, never nagent's own files (state
+  dirs, old-layout locks, torn tails, checkpoints, indexes). Its kind: "archived" under archive/;
+  else what the run that started it recorded (its meta record, in the first 64 KiB): "file-edit"
+  for a per-file edit session, "agent" for a sub-agent; else "latest" for latest-*, else
+  "saved". A file-edit conversation whose meta lies past the head is still found by the
+  per-shell file-edit indexes (nagent's own records of which conversation edits which file).
 """
 import os
 import stat
@@ -32,14 +36,16 @@ from nagent_conversation_format import (HEADER_MARK, Record, encode_records, par
                                         unescape_body, utc_stamp)
 from nagent_conversation_layout import (NAME_FIX, archive_dir, checkpoint_path,  # noqa: F401
                                         conversation_path, default_conversation_path, default_pid,
-                                        is_state_name, sanitize, selected_conversation, side_dir,
-                                        state_dir, valid_pid, validate_name)
+                                        file_index_dir, is_state_name, sanitize,
+                                        selected_conversation, side_dir, state_dir, valid_pid,
+                                        validate_name)
 from nagent_conversation_lock import conversation_lock, is_busy  # noqa: F401
 from nagent_conversation_tail import tail_state
 from nagent_errors import InputError, RefusedError, UsageError
 from nagent_fs import atomic_write, write_unique
 from nagent_paths import conversations_dir
 from nagent_run_records import is_user_prompt
+from nagent_terminal_text import counted
 
 LOCK_TIMEOUT = 0.5  # lifecycle commands fail fast: a live run keeps its lock for minutes
 HEAD_BYTES = 64 * 1024
@@ -226,7 +232,7 @@ def records_through_turn(records, turn):
             if prompts > turn:
                 return records[:index]
     if prompts < turn:
-        raise UsageError("no such turn", turn, f"the conversation has {prompts} turns, "
+        raise UsageError("no such turn", turn, f"the conversation has {counted(prompts, 'turn')}, "
                          "one per user prompt")
     return list(records)
 
@@ -256,25 +262,50 @@ def branch(source_path, new_path, turn=None, lock_timeout=LOCK_TIMEOUT):
 
 
 # -- listing ------------------------------------------------------------------------------
-def first_prompt(head):
-    """The first prompt's text (whitespace collapsed, 80 chars) from a file's first bytes."""
+def head_records(head):
+    """The complete records in a file's first bytes, plus the torn record at their end (the
+    first prompt may be longer than the head: its start is what we have)."""
     try:
         records, torn = parse_records(head)
     except InputError:
-        return ""
+        return []
     records = list(records)
     if torn.startswith(HEADER_MARK) and b"\n" in torn:
-        # The first prompt may be longer than the head: use what of it we have.
         line, _, rest = torn.partition(b"\n")
         records.append(Record(0, "prompt" if b' kind="prompt"' in line else "torn",
                               unescape_body(rest.decode("utf-8", "replace"))))
+    return records
+
+
+def prompt_line(records):
+    """The first prompt's text, whitespace collapsed, at most 80 characters."""
+    return next((" ".join(r.body.split())[:80] for r in records if r.kind == "prompt"), "")
+
+
+def first_prompt(head):
+    """The first prompt's text (prompt_line) from a file's first bytes."""
+    return prompt_line(head_records(head))
+
+
+def started_as(records):
+    """"file-edit" or "agent" when the conversation's meta record says its run was one, else
+    None. The meta is the driver's own record, written when the conversation started."""
+    import json
     for record in records:
-        if record.kind == "prompt":
-            return " ".join(record.body.split())[:80]
-    return ""
+        if record.kind == "meta":
+            try:
+                meta = json.loads(record.body)
+            except ValueError:
+                return None
+            if not isinstance(meta, dict):
+                return None
+            if meta.get("file_edit"):
+                return "file-edit"
+            return "agent" if meta.get("invocation") == "delegated" else None
+    return None
 
 
-def _entry(folder, name, kind):
+def _entry(folder, name, kind, file_edits=()):
     path = os.path.join(folder, name)
     try:
         with open(path, "rb") as handle:
@@ -286,18 +317,42 @@ def _entry(folder, name, kind):
         return None
     if HEADER_MARK not in head:
         return None  # not a conversation: empty, an old-layout lock or checkpoint, an index
+    records = head_records(head)
     if kind is None:
-        kind = "latest" if name.startswith("latest-") else "saved"
+        kind = started_as(records) or ("file-edit" if name in file_edits else
+                                       "latest" if name.startswith("latest-") else "saved")
+    prompt = prompt_line(records)
     return {"name": name, "path": path, "kind": kind, "size": info.st_size,
             "modified": strftime("%Y-%m-%dT%H:%M:%SZ", gmtime(info.st_mtime)),
-            "first_prompt": first_prompt(head), "_id": (info.st_dev, info.st_ino)}
+            "first_prompt": prompt, "_id": (info.st_dev, info.st_ino)}
+
+
+def file_edit_names(environ=None):
+    """Conversation names the per-shell file-edit indexes give to files (unreadable: none)."""
+    import json
+    folder = file_index_dir(environ)
+    names = set()
+    try:
+        listing = [entry for entry in os.listdir(folder) if entry.endswith(".json")]
+    except OSError:
+        return names
+    for entry in listing:
+        try:
+            with open(os.path.join(folder, entry), encoding="utf-8") as handle:
+                data = json.load(handle)
+            names.update(record["conversation"] for record in data["by_file_id"].values()
+                          if isinstance(record.get("conversation"), str))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            continue
+    return names
 
 
 def list_conversations(environ=None):
-    """Saved, latest-* and archived conversations, newest first within each kind; reads only
-    the first 64 KiB of each file."""
+    """Latest-*, saved, file-edit, agent and archived conversations, newest first within each
+    kind; reads only the first 64 KiB of each file."""
     folder = conversations_dir(environ)
     entries = []
+    file_edits = file_edit_names(environ)
     for where, kind in ((folder, None), (os.path.join(folder, "archive"), "archived")):
         try:
             names = os.listdir(where)
@@ -305,10 +360,10 @@ def list_conversations(environ=None):
             continue
         for name in names:
             if not is_state_name(name):
-                entry = _entry(where, name, kind)
+                entry = _entry(where, name, kind, file_edits)
                 if entry is not None:
                     entries.append(entry)
-    order = {"latest": 0, "saved": 1, "archived": 2}
+    order = {"latest": 0, "saved": 1, "file-edit": 2, "agent": 3, "archived": 4}
     entries.sort(key=lambda entry: entry["name"])
     entries.sort(key=lambda entry: entry["modified"], reverse=True)
     entries.sort(key=lambda entry: order[entry["kind"]])

@@ -9,6 +9,8 @@ nagent_action_view.one_line, and cut to the terminal width):
     ✎ src/foo.py +3 −1                          file_change (then, with `diffs`, its diff)
   ↻ retrying in 4 s (HTTP 429, attempt 2 of 4)  retry
   ! <note>                                      format corrections, notes, not-final answers
+  ✉ message queued: <text>                      `message("queued", text)`: typed during a run
+  ✉ message delivered: <text>                   prompt (source "inbox"): taken at a turn boundary
   ● 3 model calls · 12k in (80% cached) · 1.2k out · $0.0123 · 2 files changed, +4 −1 · 14.2 s
                                                 run_end (calls and tokens of nested nagents
                                                 are in the run's totals)
@@ -22,7 +24,9 @@ log is redrawn every 0.1 s from a thread: "model call N · provider/model · 3.4
 command may ask for approval on the terminal: `pause_in_actions`); without it, each model call
 ends with one line instead. `pause()`/`resume()` clear the status line while the answer is
 written to stdout on the same terminal, and `before_line` (set by the answer printer) ends an
-open stdout line before a stderr line is written. Colour (ANSI SGR) only with `color`; without it no
+open stdout line before a stderr line is written. `set_draft(text)` shows text being typed during
+the run (the interactive session) at the end of the status line, its last DRAFT_WIDTH columns.
+Colour (ANSI SGR) only with `color`; without it no
 escape sequence is written at all (the status line is cleared with spaces), except for the table
 below.
 While a batch of sub-agents runs (`agents` events), an animated display on a terminal that can
@@ -40,7 +44,7 @@ import threading
 import time
 
 from nagent_action_view import human_count, one_line
-from nagent_terminal_text import cut, escape
+from nagent_terminal_text import counted, cut, escape
 
 MINUS = "\u2212"
 DIFF_HEIGHT = 24
@@ -49,6 +53,8 @@ NOTE_LINES = 5
 FRAMES = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 TABLE_ROWS = 8
 TABLE_ACTION = 60          # columns of a child's current action in the table
+DRAFT_WIDTH = 40           # columns of typed text shown on the status line
+MESSAGE_WIDTH = 60         # columns of a message's text on its ✉ line
 COLORS = {"start": "36", "ok": "32", "fail": "31", "warn": "33", "dim": "2", "bold": "1",
           "hunk": "36"}
 
@@ -65,7 +71,7 @@ def files_text(files, added, removed):
     """"2 files changed, +4 −1" (empty when nothing changed)."""
     if not files:
         return ""
-    return f"{files} file{'s' if files != 1 else ''} changed, +{added} {MINUS}{removed}"
+    return f"{counted(files, 'file')} changed, +{added} {MINUS}{removed}"
 
 
 def summary_line(totals, seconds, files="", budget=None):
@@ -87,7 +93,7 @@ def summary_line(totals, seconds, files="", budget=None):
                  f"{human_count(int(budget['max_tokens']))} tokens"
     wall = f"{seconds:.1f} s" + (f" of {budget['max_time']:g} s" if budget.get("max_time")
                                  is not None else "")
-    return (f"{calls} model call{'s' if calls != 1 else ''} · {human_count(inputs)} in{share} · "
+    return (f"{counted(calls, 'model call')} · {human_count(inputs)} in{share} · "
             f"{human_count(int(totals.get('output_tokens') or 0))} out{estimated} · {money}"
             f"{tokens} · " + (f"{files} · " if files else "") + wall)
 
@@ -121,6 +127,7 @@ class Display:
         self.changed = {}          # path -> (added, removed) of the files this run changed
         self.started = clock()
         self.before_line = None    # called before a line is written (ends an open stdout line)
+        self.draft = ""            # text typed during the run, not sent yet
         self._stop = threading.Event()
         self._thread = None
 
@@ -156,7 +163,11 @@ class Display:
         if label.startswith("model call") and self.totals["input_tokens"]:
             text += (f" · {human_count(self.totals['input_tokens'])} in · "
                      f"{human_count(self.totals['output_tokens'])} out")
-        return cut(text, terminal_width(self.stream) - 1)
+        width = terminal_width(self.stream) - 1
+        if self.draft:
+            typed = one_line(self.draft[-DRAFT_WIDTH:], 4 * DRAFT_WIDTH)[-DRAFT_WIDTH:]
+            return cut(text, max(0, width - len(typed) - 5)) + " │ ⌨ " + typed
+        return cut(text, width)
 
     def _draw(self):
         if not self.animate or self.paused or self.status is None:
@@ -211,6 +222,17 @@ class Display:
             self.paused = False
             self._draw()
 
+    def message(self, state, text):
+        """A message for the run's next turn: "queued" (typed) or "delivered" (taken)."""
+        self.line(f"✉ message {state}: {one_line(text, MESSAGE_WIDTH)}", "dim")
+
+    def set_draft(self, text):
+        with self.lock:
+            self.draft = text
+            if self.drawn:
+                self._clear()
+                self._draw()
+
     def _set_status(self, label):
         with self.lock:
             self.status = (label, self.clock()) if label else None
@@ -247,13 +269,19 @@ class Display:
                       f"{event.get('elapsed', 0):.1f} s · {event.get('finish')}", "dim")
         self._set_status(None)
 
+    def on_prompt(self, event):
+        if event.get("source") == "inbox":
+            self.message("delivered", event.get("text") or "")
+
     def on_retry(self, event):
         self.line("↻ " + retry_line(event), "warn")
 
     def on_reply(self, event):
         if not event.get("valid"):
             error = (event.get("error") or "invalid").rstrip(".")
-            self.note(f"the reply was not in the protocol: {error}; asking again")
+            # The last one (exit 8 follows, or a final summary's) is not asked again.
+            again = "; asking again" if event.get("asking_again") else ""
+            self.note(f"the reply was not in the protocol: {error}{again}")
 
     def on_note(self, event):
         self.note(event["text"])

@@ -59,6 +59,7 @@ from nagent_paths import within_any
 from nagent_project import find_project
 from nagent_protocol_blocks import result_block
 from nagent_replace import ReplaceRefused, apply_pairs, parse_pairs
+from nagent_terminal_text import counted
 from nagent_write_policy import edit_target, temp_roots, validate_write_path, write_file_atomic
 
 REPLACE_MAX_BYTES = 64 << 20
@@ -98,7 +99,7 @@ def short_diff(text):
 
 
 def _pairs_word(count):
-    return f"{count} pair{'s' if count != 1 else ''}"
+    return counted(count, "pair")
 
 
 def _file_key(real):

@@ -31,6 +31,7 @@ from nagent_protocol_blocks import escape_attr
 from nagent_replace import Pair, format_pairs, parse_pairs
 from nagent_run import Run
 from nagent_session import build_session
+from nagent_terminal_text import counted
 
 
 def pairs_from(options, stdin):
@@ -100,6 +101,6 @@ def run_replace(options):
                    "sha256_before": hashlib.sha256(done.before).hexdigest(),
                    "sha256_after": hashlib.sha256(done.after).hexdigest(), "diff": diff})
     else:
-        sys.stdout.write(f"replaced {len(pairs)} pair{'s' if len(pairs) != 1 else ''} in "
+        sys.stdout.write(f"replaced {counted(len(pairs), 'pair')} in "
                          f"{target} (+{added} {MINUS}{removed}); conversation {name}\n{diff}")
     return 0

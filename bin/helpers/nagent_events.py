@@ -10,7 +10,7 @@ Data contract
   order; `close()` calls each sink's `close()` (a display stops its status line). Sinks are code,
   not data: one that raises is a bug and ends the run. `Events()` (no sinks) is the quiet bus.
   `wants_deltas` is True when a sink consumes `reply_delta` events: only then does the loop
-  stream model calls.
+  pass the text of model calls on as it arrives (every reply is read as a stream anyway).
 * `JsonLines(stream, deltas=True)` writes each event as one JSON object on one line, flushed at once (the
   `--events` output); `event_line(event)` is that line.
 * `ActionLog()` keeps what `--json` reports: provider and model (from run_start), one entry
@@ -30,7 +30,7 @@ EVENT_FIELDS = {
     "retry": ("call", "attempt", "max_attempts", "delay", "reason", "error"),
     "model_call_end": ("call", "purpose", "provider", "model", "finish", "elapsed", "attempts",
                        "streamed", "first_text", "usage", "cost_usd"),
-    "reply": ("calls", "valid", "final", "actions", "error"),
+    "reply": ("calls", "valid", "final", "actions", "error", "asking_again"),
     "note": ("text",),
     "action_start": ("index", "kind", "summary"),
     "action_end": ("index", "kind", "summary", "ok", "outcome", "seconds"),

@@ -128,7 +128,7 @@ def provider_text_callable(settings):
         usage["calls"] += 1
         usage["input_tokens"] += result.input_tokens
         usage["output_tokens"] += result.output_tokens
-        usage["truncated_calls"] += result.finish_reason == "length"
+        usage["truncated_calls"] += result.truncated
         return result.text
     return call, usage
 
@@ -139,4 +139,5 @@ def truncation_warning(usage):
     if not cut:
         return None
     return (f"warning: {cut} of {usage['calls']} model replies {'was' if cut == 1 else 'were'} cut "
-            "off by the output limit (max_output_tokens); the summary is incomplete")
+            "off by the output limit (max_output_tokens) or by the connection; the summary is "
+            "incomplete")

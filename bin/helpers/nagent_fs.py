@@ -29,7 +29,7 @@ Data contract:
 - `read_regular(path, limit) -> bytes | None`: up to `limit` bytes of `path` when it is a regular
   file; None for anything else (a symlink is not followed, a FIFO never blocks) or when it
   cannot be read. For small state files other processes of the user can plant (run files, inbox
-  messages).
+  messages). `read_json_object(path, limit)` is that file's JSON object (a dict), or None.
 - `open_dir_nofollow(path, make=None) -> fd`: the directory at the absolute, resolved `path`,
   opened component by component from "/" with O_NOFOLLOW, so a link anywhere on the way (one
   swapped in after the path was checked) is never followed: OSError ELOOP/ENOTDIR, with
@@ -173,6 +173,17 @@ def read_regular(path, limit):
         return None
     finally:
         os.close(fd)
+
+
+def read_json_object(path, limit):
+    """read_regular's bytes of `path` as a JSON object (dict); None for anything else."""
+    import json   # only the run-file and index readers need it
+    data = read_regular(path, limit)
+    try:
+        value = json.loads(data) if data else None
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
 
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC

@@ -160,7 +160,7 @@ def run_hook(command, stdin_text, cwd, environ, timeout, hook="response", extra_
 def refusal_note(hook_run):
     # The hook's output is data (test logs quoting files): framed, it cannot end the note.
     return ("<system>The response hook (" + hook_run.command + ") did not accept your final "
-            f"response: it {hook_run.describe()}. Its output:\n{frame_data(hook_run.output())}\n"
+            f"response ({hook_run.describe()}). Its output:\n{frame_data(hook_run.output())}\n"
             "Address this, then give your final <nagent-response> again.</system>")
 
 

@@ -16,6 +16,18 @@ Data contract:
   sys.path, so a project's own files cannot stand in for nagent's modules).
   `tool_target(name)` is the same as ("path", FILE) or ("module", NAME) for runners that set
   something up in the child first (nagent_file_tools).
+- `install_command(requirement)` is the one line that adds a package (an optional SDK) to THIS
+  install, by how it was installed: `pipx inject nagent REQ` (a pipx venv: pipx_metadata.json
+  in sys.prefix), `uv tool install --with REQ DIR` (a uv tool: uv-receipt.toml naming the
+  directory it was installed from; `uv pip install --python PYTHON REQ` when it names none),
+  else `PYTHON -m pip install REQ` with the
+  interpreter nagent runs on (a checkout, a venv, a system install). Every SetupError about a
+  missing package uses it.
+- In a checkout, a tool a shell action starts runs under `#!/usr/bin/env python3`: the first
+  python3 on PATH, maybe not the interpreter (a venv's) that has the SDKs the run uses. So a
+  checkout run gives its shell actions `run_python_env()` ({NAGENT_PYTHON: this interpreter}),
+  and `reexec_under_run_python()` (every tool's start, through nagent_cli.run_main) re-executes
+  a checkout tool under that interpreter when it started under another one.
 - `scripts_dir()` is where this install's executables are, for the PATH of shell actions and
   for tool discovery: bin/ of a checkout; else the directory holding this install's `nagent`
   console script (next to the interpreter for a venv, pipx or uv tool; the scheme's scripts
@@ -84,6 +96,85 @@ def scripts_dir():
             continue
         if _has_nagent(directory):
             return directory
+    return None
+
+
+RUN_PYTHON = "NAGENT_PYTHON"
+
+
+def run_python_env():
+    """What a checkout run adds to its shell actions' environment (see the docstring)."""
+    return {RUN_PYTHON: sys.executable} if checkout_bin_dir() is not None else {}
+
+
+def reexec_under_run_python(environ=None):
+    """Re-execute this checkout tool under NAGENT_PYTHON when that names another interpreter;
+    returns when there is nothing to do. The variable is dropped on the way, so the new process
+    never re-executes again."""
+    environ = os.environ if environ is None else environ
+    wanted = environ.get(RUN_PYTHON)
+    if not wanted or not os.path.isabs(wanted) or _same_environment(wanted):
+        return
+    script = os.path.abspath(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    bin_dir = checkout_bin_dir()
+    if bin_dir is None or os.path.dirname(script) != bin_dir or not os.access(wanted, os.X_OK):
+        return
+    env = {name: value for name, value in environ.items() if name != RUN_PYTHON}
+    os.execve(wanted, [wanted, script, *sys.argv[1:]], env)
+
+
+def _same_environment(wanted):
+    """True when interpreter `wanted` is this one with the same packages (a venv's python is a
+    link to its base interpreter, but has other packages: its pyvenv.cfg says which prefix)."""
+    if os.path.abspath(sys.executable) == wanted:
+        return True
+    venv = os.path.dirname(os.path.dirname(wanted))
+    if os.path.isfile(os.path.join(venv, "pyvenv.cfg")):
+        return os.path.realpath(venv) == os.path.realpath(sys.prefix)
+    try:
+        return sys.prefix == sys.base_prefix and os.path.samefile(wanted, sys.executable)
+    except OSError:
+        return False
+
+
+_UNSET = object()
+
+
+def install_command(requirement, prefix=None, base_prefix=None, executable=None,
+                    checkout=_UNSET):
+    """The command that installs `requirement` where this nagent runs (see the docstring); the
+    keyword arguments stand in for sys.prefix, sys.base_prefix, sys.executable and
+    checkout_bin_dir() (tests give other layouts)."""
+    from shlex import quote  # only an error that names a missing package needs it
+    prefix = sys.prefix if prefix is None else prefix
+    base_prefix = sys.base_prefix if base_prefix is None else base_prefix
+    executable = sys.executable if executable is None else executable
+    checkout = checkout_bin_dir() if checkout is _UNSET else checkout
+    if checkout is None and prefix != base_prefix:
+        if os.path.isfile(os.path.join(prefix, "pipx_metadata.json")):
+            return f"pipx inject nagent {quote(requirement)}"
+        receipt = os.path.join(prefix, "uv-receipt.toml")
+        if os.path.isfile(receipt):
+            source = _uv_source(receipt)
+            if source:
+                return f"uv tool install --with {quote(requirement)} {quote(source)}"
+            return f"uv pip install --python {quote(executable)} {quote(requirement)}"
+    return f"{quote(executable)} -m pip install {quote(requirement)}"
+
+
+def _uv_source(receipt):
+    """The absolute directory a uv tool receipt says nagent was installed from, or None."""
+    import tomllib
+    try:
+        with open(receipt, "rb") as handle:
+            data = tomllib.load(handle)
+        for entry in data["tool"]["requirements"]:
+            if isinstance(entry, dict) and entry.get("name") == "nagent":
+                where = entry.get("directory") or entry.get("path")
+                where = where.get("install_path") if isinstance(where, dict) else where
+                return where if isinstance(where, str) and os.path.isabs(where) else None
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
     return None
 
 

@@ -6,7 +6,8 @@ the resolved Settings and returns `(data, text)`.
   "name" (the conversation's file name), "elapsed" (seconds) and "children" (nodes); text: a
   table, one line per instance, children indented under their parent. Stale run files are
   cleaned up on the way.
-* `send`: TARGET is the pid of a running nagent (as --ps shows it) or a conversation name;
+* `send`: TARGET is the pid of a running nagent (as --ps shows it), a conversation name, or the
+  conversation's path as --ps --json shows it;
   the message comes from the words after it (or stdin, as a prompt does). The message goes into
   the conversation's inbox (nagent_inbox.send; no lock needed); data {"conversation", "message"
   (its id), "bytes", "running" (the pid holding the conversation, or null), "queued" (true when
@@ -21,11 +22,11 @@ import time
 import nagent_inbox as inbox
 import nagent_instances as instances
 from nagent_cli import read_prompt
-from nagent_conversation_layout import conversation_path, validate_name
+from nagent_conversation_layout import conversation_path, given_name, validate_name
 from nagent_conversation_lock import is_busy
 from nagent_errors import InputError, UsageError
 from nagent_paths import conversations_dir
-from nagent_terminal_text import one_line
+from nagent_terminal_text import counted, one_line
 
 PS_FIX = "nagent --ps lists running instances, nagent --list-conversations the conversations"
 
@@ -108,7 +109,7 @@ def resolve_target(target, environ):
                                  "rename the conversation, or send by the other")
             return path, record
     try:
-        path = conversation_path(target, environ)
+        path = conversation_path(given_name(target, environ), environ)
     except UsageError:
         raise UsageError("not a running pid or a conversation name", target, PS_FIX) from None
     record = instances.running_on(path, environ)
@@ -150,6 +151,6 @@ def running_status(path, environ):
         lines.append(f"running: pid {record['pid']} for {elapsed_text(elapsed)}, now: "
                      f"{one_line(record.get('action') or '-', 80)}")
     if waiting:
-        lines.append(f"inbox: {waiting} message{'s' if waiting != 1 else ''} waiting for "
+        lines.append(f"inbox: {counted(waiting, 'message')} waiting for "
                      f"{'its next turn' if record else 'the next run'}")
     return {"running": data, "inbox_waiting": waiting}, lines

@@ -41,7 +41,7 @@ import os
 import time
 
 from nagent_conversation_lock import is_busy
-from nagent_fs import atomic_write, read_regular
+from nagent_fs import atomic_write, read_json_object
 from nagent_paths import nagent_home
 from nagent_pids import start_ticks
 
@@ -189,12 +189,7 @@ def instance_tree(instances):
 
 def _load(path):
     """A run file's record, or None (not a regular file, unreadable, not a JSON object)."""
-    data = read_regular(path, MAX_RUN_FILE)
-    try:
-        record = json.loads(data) if data else None
-    except ValueError:
-        return None
-    return record if isinstance(record, dict) else None
+    return read_json_object(path, MAX_RUN_FILE)
 
 
 def read_run_file(pid, environ=None):

@@ -10,9 +10,10 @@ destroy a file: --clear and --load archive the current one first. Queries (--sta
 import os
 
 import nagent_conversation_lifecycle as lifecycle
-from nagent_conversation_layout import selected_pid
+from nagent_conversation_layout import given_name, selected_pid
 from nagent_errors import BusyError, InputError
 from nagent_instance_commands import ps, running_status, send  # noqa: F401  (--ps, --send)
+from nagent_terminal_text import counted
 
 
 def selected_path(options, environ=None, read_only=False):
@@ -97,7 +98,7 @@ def status(options, settings):
     caps = data["last_run_budget"] = stats.get("budget") if stats else None
     if run:
         used = run.get("input_tokens", 0) + run.get("output_tokens", 0)
-        lines.append(f"last run: {run['calls']} calls, in {run.get('input_tokens', 0)} "
+        lines.append(f"last run: {counted(run['calls'], 'call')}, in {run.get('input_tokens', 0)} "
                      f"out {run.get('output_tokens', 0)}, cache read {run['cache_read_share']:.0%}, "
                      "cost " + _cost(run.get("cost_usd")) + _caps_text(caps, used))
     call = data["last_call"]
@@ -106,7 +107,7 @@ def status(options, settings):
         lines.append(f"last call: {call.get('provider')}/{call.get('model')}, in {call.get('input_tokens', 0)} "
                      f"out {call.get('output_tokens', 0)}, finish {call.get('finish_reason')}"
                      + (f", {elapsed:.2f} s" if isinstance(elapsed, (int, float)) else "")
-                     + f", {call.get('attempts', 1)} attempt{'s' if call.get('attempts', 1) != 1 else ''}")
+                     + f", {counted(call.get('attempts', 1), 'attempt')}")
     if windows:
         lines.append(f"window: {data['window']}; earlier windows archived, oldest first:")
     for number, window in enumerate(windows, start=1):
@@ -171,7 +172,7 @@ def clear_file_edit(options, settings):
 
 
 def save_conversation(options, settings):
-    name = lifecycle.validate_name(options["save_conversation"])  # a bad name is reported first
+    name = given_name(options["save_conversation"])  # a bad name is reported first
     path = _existing(options, "save")
     saved, archived = lifecycle.save_as(path, name, overwrite=bool(options.get("force")))
     text = f"saved as {saved}" + (f"; the previous {name} was archived at {archived}" if archived else "")
@@ -179,7 +180,7 @@ def save_conversation(options, settings):
 
 
 def load_conversation(options, settings):
-    name = lifecycle.validate_name(options["load_conversation"])
+    name = given_name(options["load_conversation"])
     path = selected_path(options)
     archived = lifecycle.load(name, path)
     text = f"loaded {name} into {path}" + (f"; the previous conversation was archived at {archived}"
@@ -191,7 +192,7 @@ def branch_conversation(options, settings):
     """A new current conversation from NAME (or the current one), cut after --turn N. Every
     check (the name, the source, the turn, a busy conversation) happens before anything moves."""
     name = options.get("branch_conversation") or ""
-    source = lifecycle.conversation_path(name) if name else None
+    source = lifecycle.conversation_path(given_name(name)) if name else None
     path = selected_path(options)
     source = source or path
     if not os.path.isfile(source):
@@ -383,3 +384,8 @@ def changes(options, settings):
 def rewind(options, settings):
     from nagent_snapshot_commands import rewind as rewind_here
     return rewind_here(options, settings)
+
+
+def resume(options, settings):
+    from nagent_resume import listing
+    return listing(options, settings)

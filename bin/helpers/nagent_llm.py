@@ -13,14 +13,22 @@ Data contract:
   normalised to stop | length | stop_sequence | content_filter | other, the matched stop
   sequence, elapsed seconds, attempts, and `estimated` (True when the provider reported no
   usage and tokens were estimated from characters).
-- Streaming: `generate(..., on_text=fn)` uses the adapter's `stream(client, request, settings,
-  on_text)` (same dict as `call`) and hands every text delta to `fn` as it arrives; the Result
-  is still the whole reply. A stream that ends before the provider's final event (a dropped
-  connection) is a retryable connection error; the retry starts the reply afresh, and `on_retry`
-  is the caller's signal that text already handed out is superseded. A dropped attempt's
-  partial output is still counted (estimated from characters, `estimated` True).
-  `Result.streamed` says the reply was streamed and `first_text` is the seconds from the call's
-  start to its first text.
+- Replies are read as a stream whenever the adapter can (`stream(client, request, settings,
+  on_text)`, same dict as `call`), shown live or not: the read timeout then bounds the silence
+  between chunks, never the whole generation. `generate(..., on_text=fn)` hands every text
+  delta to `fn` as it arrives; the Result is still the whole reply. `Result.streamed` says the
+  reply was read as a stream and `first_text` is the seconds from the call's start to its first
+  text.
+- A stream that ends early (a timeout or a dropped connection, or one that ends before the
+  provider's final event) before any text arrived is a retryable error: the retry starts
+  afresh, and `on_retry` is the caller's signal that anything handed out is superseded. One
+  that ends early AFTER text arrived is not run again: what arrived comes back as the Result,
+  with finish_reason "cut" and `cut` saying why, for the caller to continue or report
+  (`Result.truncated`: cut here or by the output limit).
+- What a provider may bill is counted, estimated from characters (`estimated` True): the
+  partial output of a cut reply, attempts that timed out or ended after text arrived, and a
+  call interrupted by Ctrl-C or a signal. A call that fails or is interrupted carries that
+  estimate as a Result on the exception (`spent(error)`, None when nothing may be billed).
 - One retry policy governs every provider (SDK retries are off): 408/409/429/5xx/529,
   timeouts and refused/reset connections are retried with exponential backoff + jitter,
   honouring retry-after / retry-after-ms up to `retry_after_cap`; never 400/401/403/404.
@@ -35,11 +43,13 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 
 from nagent_config import api_key_for, resolve_settings
-from nagent_errors import ProviderError, SetupError
+from nagent_errors import EXIT_CODES, ProviderError, SetupError
+from nagent_install import install_command
 from nagent_secrets import redact, redactable
 
 RETRYABLE_STATUS = frozenset({408, 409, 429, 529})
-FINISH_REASONS = ("stop", "length", "stop_sequence", "content_filter", "other")
+FINISH_REASONS = ("stop", "length", "stop_sequence", "content_filter", "cut", "other")
+CUT_BY = ("timeout", "connection")   # error types that may end a stream after text arrived
 
 
 # Every dataclass on the way to the first request has a docstring: without one, dataclass
@@ -100,6 +110,12 @@ class Result:
     raw_finish: str | None = field(default=None, compare=False)
     streamed: bool = False
     first_text: float | None = None
+    cut: str | None = None   # why a reply ended early after text arrived (finish "cut")
+
+    @property
+    def truncated(self):
+        """The reply is incomplete: cut by the output limit or by the connection."""
+        return self.finish_reason in ("length", "cut")
 
     def as_dict(self):
         return asdict(self)
@@ -119,12 +135,13 @@ def load_adapter(settings):
 
 
 def require_package(row):
-    """Import the provider's SDK or raise SetupError with the pip line."""
+    """Import the provider's SDK or raise SetupError with the line that installs it here."""
     try:
         return importlib.import_module(row.package)
     except ImportError:
         raise SetupError(f"the {row.name} SDK is not installed", row.package.replace(".", "-")
-                         if row.package != "google.genai" else "google-genai", row.pip)
+                         if row.package != "google.genai" else "google-genai",
+                         install_command(row.requirement))
 
 
 def base_url_for(settings):
@@ -186,8 +203,11 @@ def status_error(provider, status, message, error_type="", headers=None):
                          retry_after=parse_retry_after(headers))
 
 
-def stream_cut(provider):
-    """A stream that ended before the provider's final event: the connection went away."""
+def stream_cut(provider, events=1):
+    """A stream that ended before the provider's final event: the connection went away; one
+    that ended without any event was no event stream at all (a proxy's page, wrong JSON)."""
+    if not events:
+        return MalformedResponse("the answer was not an event stream")
     return network_error(provider, "connection", "the stream ended before the reply was complete")
 
 
@@ -197,6 +217,19 @@ def network_error(provider, kind, detail):
             "connection": f"cannot reach {provider}"}.get(kind, f"{provider} request failed")
     fix = "raise --read-timeout" if kind == "timeout" else "check the network or the base URL"
     return ProviderError(what, detail, fix, provider=provider, error_type=kind, retryable=True)
+
+
+def transport_problem(provider, error):
+    """A raw transport exception (httpx2, under every SDK; None passes) as a ProviderError, or
+    None. A connect timeout never reached the server: "connection", never billed as a call."""
+    import httpx2  # loaded with the SDK already: only a failed call asks
+    if isinstance(error, httpx2.ConnectTimeout):
+        return network_error(provider, "connection", "ConnectTimeout")
+    if isinstance(error, httpx2.TimeoutException):  # raised raw while reading a stream
+        return network_error(provider, "timeout", "no answer within the read timeout")
+    if isinstance(error, httpx2.TransportError):
+        return network_error(provider, "connection", type(error).__name__)
+    return None
 
 
 class MalformedResponse(Exception):
@@ -279,13 +312,13 @@ def without_key(problem, settings):
 
 def generate(request, settings, sleep=time.sleep, on_retry=None, client=None, on_text=None):
     """Send `request` with the provider in `settings`; retry per the one policy. `client`
-    (from make_client with the same settings) is reused when given. With `on_text`, the reply
-    is streamed (when the adapter can) and each text delta is passed to it as it arrives."""
+    (from make_client with the same settings) is reused when given. The reply is read as a
+    stream when the adapter can, and each text delta is passed to `on_text` as it arrives."""
     adapter = load_adapter(settings)
     if client is None:
         client = adapter.make_client(settings, api_key_for(settings))
-    streaming = on_text is not None and hasattr(adapter, "stream")
-    attempts, lost = 0, ""
+    streaming = hasattr(adapter, "stream")
+    attempts, billed = 0, [0, 0]   # estimated input and output tokens of failed attempts
     started = time.monotonic()
     while True:
         attempts += 1
@@ -296,37 +329,76 @@ def generate(request, settings, sleep=time.sleep, on_retry=None, client=None, on
             else:
                 raw = adapter.call(client, request, settings)
             break
-        except ProviderError as error:
-            problem = error
-        except Exception as error:  # SDK and transport errors, classified by the adapter
-            problem = adapter.classify(error, settings)
+        except BaseException as error:  # noqa: BLE001 - classified, or re-raised with its cost
+            problem = error if isinstance(error, ProviderError) else (
+                adapter.classify(error, settings) if isinstance(error, Exception) else None)
+            text = "".join(piece for _, piece in got)
             if problem is None:
+                # Ctrl-C, a signal, or a bug: the request was out, so it may be billed.
+                _bill(billed, request, text)
+                error.spent = _spent(settings, attempts, started, billed)
                 raise
         problem = explain(without_key(problem, settings), settings)
-        lost += "".join(text for _, text in got)
+        if text and problem.error_type in CUT_BY:
+            # Output had started: keep it rather than generate (and pay for) it all again.
+            raw = {"text": text, "finish_reason": "cut", "cut": cut_reason(problem, settings)}
+            break
+        if text or problem.error_type == "timeout":
+            _bill(billed, request, text)   # the server ran it, or may have
         if not problem.retryable or attempts >= settings.retry.max_attempts:
             if attempts > 1:
                 problem.value = f"{problem.value}, after {attempts} attempts"
+            problem.spent = _spent(settings, attempts, started, billed)
             raise problem from None
         delay = backoff_delay(attempts, settings, problem.retry_after)
         if on_retry:
             on_retry(problem, attempts, delay)
-        sleep(delay)
+        try:
+            sleep(delay)
+        except BaseException as error:  # an interruption between attempts keeps their cost
+            error.spent = _spent(settings, attempts, started, billed)
+            raise
     result = finish_result(raw, request, settings, attempts, time.monotonic() - started)
     if streaming:
         result = replace(result, streamed=True, first_text=round(got[0][0], 3) if got else None)
-    if lost:
-        # A dropped stream's output was generated (and is billed): count it, as an estimate.
-        result = replace(result, input_tokens=result.input_tokens + request_tokens(request),
-                         output_tokens=result.output_tokens + estimate_tokens(lost), estimated=True)
+    if any(billed):
+        result = replace(result, input_tokens=result.input_tokens + billed[0],
+                         output_tokens=result.output_tokens + billed[1], estimated=True)
     return result
+
+
+def cut_reason(problem, settings):
+    """Why a reply stopped early, in a few words for a warning or a note."""
+    if problem.error_type == "timeout":
+        return f"no data for {settings.timeouts.read:g} s, the read timeout"
+    return f"the connection to {settings.provider.name} ended ({problem.value})"
+
+
+def _bill(billed, request, text):
+    billed[0] += request_tokens(request)
+    billed[1] += estimate_tokens(text)
+
+
+def _spent(settings, attempts, started, billed):
+    """What a call that ends in an exception may be billed for, as a Result (None: nothing)."""
+    if not any(billed):
+        return None
+    return Result(text="", provider=settings.provider.name, model=settings.model,
+                  input_tokens=billed[0], output_tokens=billed[1], finish_reason="cut",
+                  elapsed=round(time.monotonic() - started, 3), attempts=attempts, estimated=True)
+
+
+def spent(error):
+    """The estimated usage of a failed or interrupted `generate` call (a Result), or None."""
+    return getattr(error, "spent", None)
 
 
 def _collector(got, on_text, started):
     def take(text):
         if text:
             got.append((time.monotonic() - started, text))
-            on_text(text)
+            if on_text is not None:
+                on_text(text)
     return take
 
 
@@ -352,8 +424,25 @@ def finish_result(raw, request, settings, attempts, elapsed):
         reasoning_tokens=int(raw.get("reasoning_tokens") or 0),
         finish_reason=finish if finish in FINISH_REASONS else "other",
         stop_sequence=raw.get("stop_sequence"), elapsed=round(elapsed, 3), attempts=attempts,
-        estimated=estimated, raw_finish=raw.get("raw_finish"),
+        estimated=estimated, raw_finish=raw.get("raw_finish"), cut=raw.get("cut"),
     )
+
+
+def incomplete_warning(result):
+    """The stderr line for a reply that is incomplete (cut by the output limit or by the
+    connection after it had started), or None."""
+    if result.cut:
+        return (f"warning: the reply was cut off after {len(result.text)} characters: "
+                f"{result.cut}; it is incomplete")
+    if result.truncated:
+        return "warning: the reply was cut off by the output limit (max_output_tokens); it is incomplete"
+    return None
+
+
+def incomplete_exit_code(result):
+    """A reply the connection cut is a failure its caller must see (exit 11); one cut by the
+    output limit is the user's own setting (0, with the warning)."""
+    return EXIT_CODES["incomplete"] if result.cut else EXIT_CODES["ok"]
 
 
 def generate_text(text, settings=None, client=None, on_text=None, on_retry=None, **options):

@@ -14,11 +14,19 @@ sub-agents they cut off (attribute cut_off: their conversation names).
 - Actions run in reply order; consecutive <nagent-agent> tags are one batch run concurrently,
   a barrier for what follows, results in tag order (nagent_loop_actions.process_tags).
 - Before each model call (a turn boundary, never inside a call or an action), messages sent
-  with `nagent --send` are appended as prompts with source="inbox"; the run keeps its run file
-  (nagent_run_presence) up to date at call and action boundaries.
-- A reply cut off by the output limit is continued only while its text so far parses (valid,
-  or invalid only because it is unfinished), at most `max_continuations` times; a stop at a
-  stop sequence is a cut at the reply's end (nagent_protocol.parse_response `stopped_at`).
+  with `nagent --send` (or typed in an interactive session) are appended as prompts with
+  source="inbox"; the run keeps its run file (nagent_run_presence) up to date at call and
+  action boundaries.
+- A user's main conversation (`follows_project`: not a sub-agent's, not a per-file edit
+  session's) starts with an origin in its meta record, and every run of it records its use in
+  the project index (nagent_project_conversations) when it ends, for -c and --resume.
+- A reply cut off by the output limit, or by the connection after it had started (a timeout
+  between chunks, a dropped stream: nagent_llm keeps what arrived, finish "cut"), is continued
+  only while its text so far parses (valid, or invalid only because it is unfinished), at most
+  `max_continuations` times; a stop at a stop sequence is a cut at the reply's end
+  (nagent_protocol.parse_response `stopped_at`).
+- A call that fails or is interrupted (Ctrl-C, a signal) is still counted, with the usage the
+  provider may bill for it (nagent_llm.spent), before the error goes on.
 - The model calls made since the last valid reply, continuations included, never exceed
   `max_format_retries + 1`: then the run stops with exit 8.
 The outcome is plain data: the final response (cleaned; at exit 8 the last invalid reply's
@@ -44,11 +52,12 @@ from nagent_errors import (EXIT_CODES, BudgetError, ExitSignal, LimitError, Nage
                            ProtocolFailure, ProviderError, UsageError)
 from nagent_loop_actions import process_tags, repeated_too_often
 from nagent_procs import exit_signals
+from nagent_project_conversations import new_origin, origin_in, record_use
 from nagent_requests import build_request
 from nagent_run import DeltaRedactor, Run
 from nagent_run_presence import deliver_inbox, late_messages, progress, registered
-from nagent_run_records import (CONTINUATION_ATTRS, CONTINUE_TEXT, failed_prompt, failure_marker,
-                                mode_note)
+from nagent_run_records import (CONTINUATION_ATTRS, CONTINUE_TEXT, CUT_TEXT, failed_prompt,
+                                failure_marker, mode_note)
 from nagent_window import maybe_compact
 
 
@@ -132,6 +141,10 @@ def call_llm(run, purpose="reply"):
                                      on_text=deltas.feed if deltas else None)
     except ProviderError as error:
         run.append("error", error.line(), {"status": str(error.status or error.error_type)})
+        run.count_spent(error, purpose)
+        raise
+    except BaseException as error:   # Ctrl-C or a signal mid-call: what it cost still counts
+        run.count_spent(error, purpose)
         raise
     if deltas:
         deltas.flush()
@@ -167,13 +180,16 @@ def next_reply(run, budget, purpose="reply"):
         result, stops = call_llm(run, purpose if not parts else "continuation")
         parts.append(result.text)
         text = "".join(parts)
-        if result.finish_reason != "length" or len(parts) > limits.max_continuations \
+        if not result.truncated or len(parts) > limits.max_continuations \
                 or len(parts) >= budget or not continuable(text):
             return Reply(text, result, len(parts), stopped_at(result, stops))
         # Recorded only when another call follows: after the last one, only the correction.
-        run.append("reply", result.text, {"valid": "partial", "finish": "length",
+        run.append("reply", result.text, {"valid": "partial", "finish": result.finish_reason,
                                           "provider": result.provider, "model": result.model})
-        run.append("system", CONTINUE_TEXT, CONTINUATION_ATTRS)
+        if result.cut:
+            run.emit("note", text=f"reply cut off after {len(result.text)} characters "
+                                  f"({result.cut}); asking for the rest")
+        run.append("system", CUT_TEXT if result.cut else CONTINUE_TEXT, CONTINUATION_ATTRS)
 
 
 def run_agent_loop(session, prompt, source="argv", events=None):
@@ -188,24 +204,33 @@ def run_agent_loop(session, prompt, source="argv", events=None):
         run = Run(session, writer, events)
         run.instance = instance
         try:
-            done = _loop(run, prompt, source)
-        except KeyboardInterrupt:
-            text, attrs = interrupt_record(run, "The user interrupted the previous run (Ctrl-C).")
-            run.append("interrupt", text, attrs)
-            end_snapshot(run)
-            return outcome(run, None, EXIT_CODES["interrupted"], error={"error": "interrupted"})
-        except ExitSignal as stop:
-            # A running shell command's group (and a sub-agent's tree) was ended on the way out.
-            text, attrs = interrupt_record(run, f"The previous run was ended by {stop.name}.")
-            run.append("interrupt", text, attrs)
-            end_snapshot(run)
-            return outcome(run, None, stop.exit_code, error={"error": f"ended by {stop.name}"})
+            return _run(run, prompt, source)
+        finally:   # after the run, off the first request's path: -c and --resume find it
+            if run.origin is not None:
+                record_use(session.path, run.origin, session.environ or None)
+
+
+def _run(run, prompt, source):
+    try:
+        done = _loop(run, prompt, source)
+    except KeyboardInterrupt:
+        text, attrs = interrupt_record(run, "The user interrupted the previous run (Ctrl-C).")
+        run.append("interrupt", text, attrs)
         end_snapshot(run)
-        late = late_messages(run)
-        if late:
-            run.emit("note", text=f"{late} message(s) sent with --send arrived after the last model "
-                                  "call; they are delivered at the start of the next run")
-        return done
+        return outcome(run, None, EXIT_CODES["interrupted"], error={"error": "interrupted"})
+    except ExitSignal as stop:
+        # A running shell command's group (and a sub-agent's tree) was ended on the way out.
+        text, attrs = interrupt_record(run, f"The previous run was ended by {stop.name}.")
+        run.append("interrupt", text, attrs)
+        end_snapshot(run)
+        return outcome(run, None, stop.exit_code, error={"error": f"ended by {stop.name}"})
+    end_snapshot(run)
+    late = late_messages(run)
+    if late:
+        run.emit("note", text=f"{late} message(s) for this conversation (--send, or typed in a "
+                              "session) arrived after the last model call; they are delivered "
+                              "at the start of the next run")
+    return done
 
 
 def turn_snapshots(run):
@@ -248,13 +273,24 @@ def start_conversation(run):
     if run.writer.torn:
         run.append("system", f"<system>The previous run was killed mid-write; its partial record was "
                    f"moved to {run.writer.torn}.</system>")
+    follows = follows_project(run.session)
     if not any(record.kind == "context" for record in run.writer.records()):
         context = run.session.initial_context()
         run.append("context", "<initial_context>\n" + context.static, {"part": "static"})
         run.append("context", context.session + "\n</initial_context>", {"part": "session"})
-        run.append("meta", json.dumps(dict(run.session.meta, **context.meta), sort_keys=True))
+        meta = dict(run.session.meta, **context.meta)
+        if follows:
+            meta["origin"] = new_origin(context.root)
+        run.append("meta", json.dumps(meta, sort_keys=True))
         for line in context.warnings:
             sys.stderr.write(f"warning: {line}\n")
+    if follows:   # recorded in the project index when the run ends
+        run.origin = origin_in(run.writer.records())
+
+
+def follows_project(session):
+    """A user's main conversation (not a sub-agent's, not a per-file edit session's)."""
+    return session.meta.get("invocation", "user") == "user" and not session.file_edit
 
 
 def outcome(run, response, code, error=None, valid=True):
@@ -354,9 +390,9 @@ def _loop(run, prompt, source):
         streak_calls += reply.calls
         parsed = _protocol().parse_response(reply.text, reply.stopped_at)
         if not parsed.valid:
-            run.emit("reply", calls=reply.calls, valid=False, final=False, actions=0,
-                     error=run.redact(parsed.error))
             failure = record_invalid(run, reply, reply_attrs(reply), parsed, streak_calls)
+            run.emit("reply", calls=reply.calls, valid=False, final=False, actions=0,
+                     error=run.redact(parsed.error), asking_again=failure is None)
             if failure:
                 return failed(run, failure, response=run.redact(reply.text))
             continue
@@ -365,7 +401,7 @@ def _loop(run, prompt, source):
         actions = [a for a in parsed.actions if a.kind != "response"]
         responses = [a for a in parsed.actions if a.kind == "response"]
         run.emit("reply", calls=reply.calls, valid=True, final=not actions, actions=len(actions),
-                 error=None)
+                 error=None, asking_again=False)
         notes = reply_notes(parsed, actions, responses)
         if notes:
             run.append("system", "<system>" + " ".join(notes) + "</system>")
@@ -428,7 +464,8 @@ def final_summary(run, reason):
         actions = [a for a in parsed.actions if a.kind != "response"]
         # A summary's answer is final even beside actions: they are not run.
         run.emit("reply", calls=reply.calls, valid=parsed.valid, final=bool(responses),
-                 actions=len(actions), error=run.redact(parsed.error or "") or None)
+                 actions=len(actions), error=run.redact(parsed.error or "") or None,
+                 asking_again=False)
         if responses:
             response = _protocol().clean_user_output(responses[-1].body)
     except NagentError:

@@ -1,6 +1,8 @@
 """`nagent`: the conversation loop's command line (bin/nagent in a checkout, the `nagent` console
 script when installed). Appends the prompt to the conversation file, calls the LLM, runs the
-tagged actions it asks for, and prints its final response; or runs one lifecycle flag.
+tagged actions it asks for, and prints its final response; or runs one lifecycle flag; or, with
+no prompt where a person types (`opens_session`: stdin and stdout terminals), opens the
+interactive session (nagent_interactive), each entry of which runs through the same functions.
 
 Data contract: `DESCRIPTION` is the --description line, `build_parser()` the argparse parser
 (every flag has a help text; the flags a parent passes to a sub-agent are accepted but hidden
@@ -18,7 +20,8 @@ DESCRIPTION = "Main agent loop: run a prompt against the conversation file for t
 
 LIFECYCLE = ("status", "clear", "save_conversation", "load_conversation", "branch_conversation",
              "list_conversations", "summarize", "edit_conversation", "list_models", "list_file_edits",
-             "compact", "config", "trust", "list_skills", "ps", "send", "changes", "rewind")
+             "compact", "config", "trust", "list_skills", "ps", "send", "changes", "rewind",
+             "resume")
 
 
 def build_parser():
@@ -36,9 +39,11 @@ def build_parser():
     from nagent_cli import PROVIDER_FLAGS, add_output_flags, add_setting_flags, argument_parser
     parser = argument_parser(prog=PROG, description=DESCRIPTION,
                              epilog="The prompt comes from argv, piped stdin, or argv text then stdin "
-                                    "when the last argument is '-'. By default a prompt continues "
-                                    "this shell's conversation; -n starts a fresh one. A turn is one "
-                                    "user prompt and everything it led to, up to the next prompt.")
+                                    "when the last argument is '-'. With no prompt on a terminal, "
+                                    "nagent opens an interactive session (/help inside). By default "
+                                    "a prompt continues this shell's conversation; -n starts a fresh "
+                                    "one, -c continues this directory's latest. A turn is one user "
+                                    "prompt and everything it led to, up to the next prompt.")
     parser.add_argument("prompt", nargs="*", help="the prompt (a trailing '-' appends stdin)")
     parser.add_argument("-n", "--new", action="store_true",
                         help="start a fresh conversation for this shell, archiving the current one "
@@ -52,6 +57,12 @@ def build_parser():
     parser.set_defaults(with_conversation=False)
     where.add_argument("--pid", help="conversation id instead of this shell's, see the README")
     where.add_argument("--file-edit", metavar="PATH", help="per-file edit session on PATH")
+    where.add_argument("-c", "--continue", action="store_true",
+                       help="continue the conversation last used among those started in this "
+                            "project (or directory), from any terminal")
+    where.add_argument("--resume", metavar="NAME", nargs="?", const="",
+                       help="use conversation NAME; without NAME, list this directory's recent "
+                            "conversations (on a terminal: pick one and open a session on it)")
     life = parser.add_argument_group("lifecycle")
     life.add_argument("--status", action="store_true",
                       help="this conversation: path, size, prompts, model calls, totals, provider, "
@@ -122,17 +133,37 @@ def build_parser():
     return parser
 
 
+def opens_session(options):
+    """`nagent` with no prompt where a person types: stdin and stdout are terminals, the output
+    is text for them, and nothing else was asked for (--retry, a sub-agent's run)."""
+    from nagent_cli import output_mode
+    if options.get("prompt") or options.get("retry") or options.get("invocation") != "user":
+        return False
+    if output_mode(options) != "text":
+        return False
+    return all(stream is not None and stream.isatty() for stream in (sys.stdin, sys.stdout))
+
+
 def main(argv=None, started=None):
     argv = sys.argv[1:] if argv is None else argv
     if early_exit(argv, PROG, DESCRIPTION):
         return 0
-    args = build_parser().parse_args(argv)
-    args.started = started  # the origin of the run's event times ("t"); None: the run's start
+    parser = build_parser()
+    options = vars(parser.parse_args(argv))
+    options["started"] = started  # the origin of the run's event times ("t"); None: the run's start
+    import os
     import nagent_commands
-    chosen = [name for name in LIFECYCLE if getattr(args, name) not in (None, False)]
+    nagent_commands.select_conversation(options, os.environ)   # -c, --resume NAME
+    chosen = [name for name in LIFECYCLE if options.get(name) not in (None, False)]
+    if chosen == ["resume"] and opens_session(options):   # list, pick one, open a session on it
+        import nagent_interactive
+        return nagent_interactive.start(options, LIFECYCLE, parser, pick=True)
     if chosen:
-        return nagent_commands.run_lifecycle(chosen, vars(args))
-    return nagent_commands.run_prompt(vars(args))
+        return nagent_commands.run_lifecycle(chosen, options)
+    if opens_session(options):
+        import nagent_interactive
+        return nagent_interactive.start(options, LIFECYCLE, parser)
+    return nagent_commands.run_prompt(options)
 
 
 def json_document(error):

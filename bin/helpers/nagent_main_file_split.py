@@ -54,6 +54,7 @@ def split(args, lib):
     import contextlib
     from nagent_cli import Spinner, emit_json, load_settings
     from nagent_errors import UsageError
+    from nagent_terminal_text import counted
     if args.target_bytes is not None and args.target_bytes < 1:
         raise UsageError("--target-bytes must be a positive integer", args.target_bytes)
     if args.type:
@@ -88,12 +89,12 @@ def split(args, lib):
                        **({"usage": usage} if usage else {})))
     else:
         count = len(index["segments"])
-        print(f"split {index['source']} into {count} segment{'s' if count != 1 else ''} "
+        print(f"split {index['source']} into {counted(count, 'segment')} "
               f"({index['split_type']}, target {index['target_bytes']} bytes)")
         print(f"index: {index_path}")
         kept = index.get("kept_edits", [])
         if kept:
-            print(f"kept a copy of {len(kept)} edited file{'s' if len(kept) != 1 else ''} "
+            print(f"kept a copy of {counted(len(kept), 'edited file')} "
                   f"first: {os.path.dirname(kept[0])}/")
     return 0
 

@@ -1,5 +1,7 @@
 """`nagent-llm-text`: send a text file to the configured LLM and print the reply (streamed as it
 arrives when stdout is a terminal, or with --stream; --no-stream waits for the whole reply).
+A reply the connection cut after it had started is printed as far as it came, with a warning,
+and exits 11; one cut by the output limit is printed with a warning and exits 0.
 
 Data contract: as every nagent_main_* module: `DESCRIPTION`, `build_parser()`, `main(argv) ->
 exit code`, `run()` (main under nagent_cli.run_main) for the console script and the bin/ shim.
@@ -45,7 +47,7 @@ def main(argv=None):
     if early_exit(argv, PROG, DESCRIPTION):
         return 0
     args = build_parser().parse_args(argv)
-    from nagent_cli import Spinner, emit_json, load_settings
+    from nagent_cli import Spinner, emit_json, load_settings, report_incomplete
     from nagent_errors import InputError, UsageError
     from nagent_terminal_text import shown_on
     settings = load_settings(args)
@@ -78,19 +80,14 @@ def main(argv=None):
         else:
             printer = None
             result = nagent_llm.generate_text(text, settings)
-    truncated = result.finish_reason == "length"
     if args.json:
-        emit_json(dict(result.as_dict(), truncated=truncated))
+        emit_json(dict(result.as_dict(), truncated=result.truncated))
     elif printer is not None:
         printer.finish(result.text)
     else:
         text = shown_on(result.text, terminal)
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
-    if truncated:
-        sys.stdout.flush()
-        sys.stderr.write("warning: the reply was cut off by the output limit (max_output_tokens); "
-                         "it is incomplete\n")
-    return 0
+    return report_incomplete(result)
 
 
 def run():

@@ -29,7 +29,7 @@ def main(argv=None):
     if early_exit(argv, PROG, DESCRIPTION):
         return 0
     args = build_parser().parse_args(argv)
-    from nagent_cli import Spinner, emit_json, load_settings
+    from nagent_cli import Spinner, emit_json, load_settings, report_incomplete
     from nagent_errors import UsageError
     if not args.file:
         raise UsageError("no file given", "", "pass --file PATH")
@@ -43,13 +43,13 @@ def main(argv=None):
     with Spinner(f"{settings.provider.name}/{settings.model}"):
         result = nagent_llm.generate(request, settings)
     if args.json:
-        data = result.as_dict()
+        data = dict(result.as_dict(), truncated=result.truncated)
         data["file"] = {"path": os.path.abspath(args.file), "mime": attachment.mime,
                         "category": attachment.category, "bytes": attachment.size}
         emit_json(data)
     else:
         sys.stdout.write(result.text if result.text.endswith("\n") else result.text + "\n")
-    return 0
+    return report_incomplete(result)
 
 
 def run():

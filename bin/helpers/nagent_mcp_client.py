@@ -1,7 +1,8 @@
 """Talk to MCP servers through the official `mcp` SDK (2.x), imported only inside these calls.
 
 Data contract (inputs are `nagent_mcp_config.Resolved` servers; outputs are plain wire dicts):
-- `require_sdk()` imports the SDK or raises SetupError (exit 4) with the pip line.
+- `require_sdk()` imports the SDK or raises SetupError (exit 4) with the line that installs it
+  into this install (nagent_install.install_command: pipx inject, uv tool, or pip).
 - `list_tools(servers, base_env, timeout) -> [{name, tools: [{name, description, inputSchema}],
   error: NagentError | None, warning: str}]`, in the order given; the servers start concurrently, each under
   its own timeout, and one failing server does not hide the others' tools.
@@ -23,10 +24,12 @@ import tempfile
 from contextlib import asynccontextmanager
 
 from nagent_errors import NagentError, SetupError
+from nagent_install import install_command
 from nagent_mcp_config import display_url, process_env
 from nagent_secrets import redact as _redact
+from nagent_terminal_text import counted
 
-PIP_LINE = "pip install 'mcp>=2'"
+REQUIREMENT = "mcp>=2"
 LIST_PAGE_CAP = 100
 STDERR_TAIL = 600
 HTTP_CONNECT_TIMEOUT = 30.0
@@ -49,7 +52,8 @@ def require_sdk():
         from mcp.client.stdio import stdio_client  # noqa: F401
         from mcp.client.streamable_http import streamable_http_client  # noqa: F401
     except ImportError as error:
-        raise SetupError("the MCP SDK is not installed", f"import failed: {error}", PIP_LINE) from None
+        raise SetupError("the MCP SDK is not installed", f"import failed: {error}",
+                         install_command(REQUIREMENT)) from None
 
 
 class _Watch:
@@ -162,7 +166,7 @@ def _cause(error):
 def _noise_text(watch):
     count = watch.noise_count
     first = watch.noise[0] if watch.noise else ""
-    return (f"{count} line{'s' if count != 1 else ''} to stdout that {'are' if count != 1 else 'is'} "
+    return (f"{counted(count, 'line')} to stdout that {'are' if count != 1 else 'is'} "
             f"not JSON-RPC, first: {first!r}")
 
 

@@ -25,7 +25,7 @@ import os
 import re
 import tempfile
 
-from nagent_terminal_text import one_line
+from nagent_terminal_text import counted, one_line
 
 SUMMARY_LIMIT = 200
 ENUM_LIMIT = 6
@@ -96,7 +96,7 @@ def list_text(servers):
             continue
         tools = server.get("tools") or []
         name = one_line(server["name"])
-        lines.append(f"{name} ({len(tools)} tool{'' if len(tools) == 1 else 's'})")
+        lines.append(f"{name} ({counted(len(tools), 'tool')})")
         for tool in tools:
             text = f"  {tool['name']}({tool['signature']})"
             lines.append(text + (f" — {tool['summary']}" if tool["summary"] else ""))

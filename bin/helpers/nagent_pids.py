@@ -3,8 +3,10 @@
 Data contract: `proc_stat(pid)` -> (state bytes, ppid, pgid, start ticks) from /proc/PID/stat, or
 None when it cannot be read; `start_ticks(pid)` -> the start time (clock ticks since boot, field
 22) of a live process, or None when no such process lives (a zombie counts as gone). With the
-pid, the start time names one process: a reused pid is never mistaken for it. Nothing is
-imported, so commands that merely read run files (--ps, --status) stay cheap to start.
+pid, the start time names one process: a reused pid is never mistaken for it.
+`controlling_tty(pid="self")` -> the device number of the process's controlling terminal
+(field 7, tty_nr), 0 when it has none or /proc cannot say. Nothing is imported, so commands
+that merely read run files (--ps, --status) stay cheap to start.
 """
 
 
@@ -20,3 +22,11 @@ def proc_stat(pid):
 def start_ticks(pid):
     info = proc_stat(pid)
     return None if info is None or info[0] in (b"Z", b"X") else info[3]
+
+
+def controlling_tty(pid="self"):
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            return int(handle.read().rsplit(b")", 1)[1].split()[4])
+    except (OSError, IndexError, ValueError):
+        return 0

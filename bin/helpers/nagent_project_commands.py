@@ -17,12 +17,10 @@ Data contract: `trust(options, settings)` and `list_skills(options, settings)` r
   (a conversation started before they were recorded, or none yet). Reads only the head of the
   file, up to the first record that is neither context nor meta.
 """
-import json
 import os
 
+from nagent_conversation_head import session_meta
 from nagent_errors import UsageError
-
-HEAD_LIMIT = 4 << 20
 
 
 def _probe(environ, cwd, settings):
@@ -127,28 +125,9 @@ def overview_lines(overview):
 
 
 def recorded_context_files(path):
-    from nagent_conversation_format import parse_records
-    size = 64 << 10
-    while True:
-        try:
-            with open(path, "rb") as handle:
-                data = handle.read(size)
-        except OSError:
-            return None
-        records, _ = parse_records(data)
-        for record in records:
-            if record.kind == "meta":
-                try:
-                    meta = json.loads(record.body)
-                except ValueError:
-                    continue
-                if isinstance(meta, dict) and isinstance(meta.get("context_files"), list):
-                    return meta["context_files"]
-            elif record.kind not in ("context", "note"):
-                return None
-        if len(data) < size or size >= HEAD_LIMIT:
-            return None
-        size *= 4  # the context records are larger than this: read further
+    meta = session_meta(path)
+    files = meta.get("context_files") if meta else None
+    return files if isinstance(files, list) else None
 
 
 def status_lines(files, exists=True):

@@ -10,7 +10,7 @@ reports input_tokens WITHOUT cached tokens, so input = input + cache read + cach
 import base64
 
 from nagent_llm import (base_url_for, is_malformed, malformed_error, network_error, read_reply,
-                        require_package, status_error, stream_cut)
+                        require_package, status_error, stream_cut, transport_problem)
 
 MAX_BREAKPOINTS = 4
 
@@ -81,9 +81,10 @@ USAGE_FIELDS = ("input_tokens", "output_tokens", "cache_read_input_tokens",
 
 
 def stream(client, request, settings, on_text):
-    texts, usage, model, stop, done = [], {}, None, (None, None), False
+    texts, usage, model, stop, done, seen = [], {}, None, (None, None), False, 0
     with client.messages.create(stream=True, **_options(request, settings)) as events:
         for event in events:
+            seen += 1
             kind = getattr(event, "type", None)
             if kind == "content_block_delta":
                 text = getattr(event.delta, "text", None)
@@ -100,7 +101,7 @@ def stream(client, request, settings, on_text):
             elif kind == "message_stop":
                 done = True
     if not done:
-        raise stream_cut(settings.provider.name)
+        raise stream_cut(settings.provider.name, seen)
     return read_reply(_fields, ("".join(texts), model, usage, stop[0], stop[1]))
 
 
@@ -138,16 +139,15 @@ def _fields(parts):
 
 def classify(error, settings):
     import anthropic
-    import httpx2
     name = settings.provider.name
     if is_malformed(error):
         return malformed_error(name, error)
-    if isinstance(error, httpx2.TimeoutException):  # raised raw while reading a stream
-        return network_error(name, "timeout", "no answer within the read timeout")
-    if isinstance(error, httpx2.TransportError):
-        return network_error(name, "connection", type(error).__name__)
+    problem = transport_problem(name, error)
+    if problem is not None:
+        return problem
     if isinstance(error, anthropic.APITimeoutError):
-        return network_error(name, "timeout", "no answer within the read timeout")
+        return transport_problem(name, error.__cause__) or network_error(
+            name, "timeout", "no answer within the read timeout")
     if isinstance(error, anthropic.APIConnectionError):
         return network_error(name, "connection", type(error.__cause__ or error).__name__)
     if isinstance(error, anthropic.APIStatusError):

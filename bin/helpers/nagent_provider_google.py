@@ -8,8 +8,8 @@ cachedContentTokenCount (implicit prefix caching); thoughtsTokenCount is reasoni
 The client object is kept by the caller for the whole call: a temporary client is garbage
 collected and closes its connection mid-call (measured, see design notes).
 """
-from nagent_llm import (base_url_for, is_malformed, malformed_error, network_error, read_reply,
-                        require_package, status_error, stream_cut)
+from nagent_llm import (base_url_for, is_malformed, malformed_error, read_reply, require_package,
+                        status_error, stream_cut, transport_problem)
 
 INLINE_LIMIT = 20 * 1024 * 1024   # larger uploads go through the Files API
 
@@ -68,8 +68,11 @@ def call(client, request, settings):
 
 
 def stream(client, request, settings, on_text):
-    texts, finish, usage, model = [], None, None, None
+    texts, finish, usage, model, seen = [], None, None, None, 0
     for chunk in client.models.generate_content_stream(**_arguments(client, request, settings)):
+        # The SDK makes an empty chunk of any JSON (a list, an object of another API): only a
+        # chunk with something of a reply in it shows the answer is a stream of replies.
+        seen += bool(chunk.candidates or chunk.usage_metadata or chunk.model_version)
         candidate = _candidate(chunk)
         for text in _texts(candidate):
             texts.append(text)
@@ -78,7 +81,7 @@ def stream(client, request, settings, on_text):
         usage = getattr(chunk, "usage_metadata", None) or usage
         model = getattr(chunk, "model_version", None) or model
     if finish is None:
-        raise stream_cut(settings.provider.name)
+        raise stream_cut(settings.provider.name, seen)
     return read_reply(_fields, ("".join(texts), model, finish, usage))
 
 
@@ -120,20 +123,15 @@ def _fields(parts):
 
 
 def classify(error, settings):
-    import httpx2
     from google.genai import errors
     name = settings.provider.name
-    if is_malformed(error):
-        return malformed_error(name, error)
+    if is_malformed(error) or isinstance(error, errors.UnknownApiResponseError):
+        return malformed_error(name, error)   # the second: a streamed body that was not JSON
     if isinstance(error, errors.APIError):
         response = getattr(error, "response", None)
         headers = getattr(response, "headers", None)
         return status_error(name, error.code, error.message or "", error.status or "", headers)
-    if isinstance(error, httpx2.TimeoutException):
-        return network_error(name, "timeout", "no answer within the read timeout")
-    if isinstance(error, httpx2.TransportError):
-        return network_error(name, "connection", type(error).__name__)
-    return None
+    return transport_problem(name, error)
 
 
 def list_models(client, settings):

@@ -13,7 +13,7 @@ reported: its prefix cache is automatic); reasoning tokens in output/completion 
 import base64
 
 from nagent_llm import (base_url_for, is_malformed, malformed_error, network_error, read_reply,
-                        require_package, status_error, stream_cut)
+                        require_package, status_error, stream_cut, transport_problem)
 
 
 def make_client(settings, key):
@@ -92,9 +92,10 @@ def stream(client, request, settings, on_text):
     options, api = _options(request, settings)
     if api == "chat":
         return _stream_chat(client, options, settings, on_text)
-    final = None
+    final, seen = None, 0
     with client.responses.create(stream=True, **options) as events:
         for event in events:
+            seen += 1
             kind = getattr(event, "type", None)
             if kind == "response.output_text.delta":
                 on_text(event.delta or "")
@@ -103,7 +104,7 @@ def stream(client, request, settings, on_text):
             elif kind in ("response.failed", "error"):
                 raise _stream_failure(event, settings.provider.name)
     if final is None:
-        raise stream_cut(settings.provider.name)
+        raise stream_cut(settings.provider.name, seen)
     return read_reply(_responses_result, final)
 
 
@@ -117,11 +118,12 @@ def _stream_failure(event, name):
 
 
 def _stream_chat(client, options, settings, on_text):
-    texts, finish, usage, model = [], None, None, None
+    texts, finish, usage, model, seen = [], None, None, None, 0
     events = client.chat.completions.create(stream=True, stream_options={"include_usage": True},
                                             **options)
     with events:
         for chunk in events:
+            seen += 1
             model = getattr(chunk, "model", None) or model
             usage = getattr(chunk, "usage", None) or usage
             choices = getattr(chunk, "choices", None) or []
@@ -133,7 +135,7 @@ def _stream_chat(client, options, settings, on_text):
                 on_text(text)
             finish = getattr(choices[0], "finish_reason", None) or finish
     if finish is None:
-        raise stream_cut(settings.provider.name)
+        raise stream_cut(settings.provider.name, seen)
     return read_reply(_chat_fields, ("".join(texts), model, finish, usage))
 
 
@@ -187,17 +189,16 @@ def _chat_fields(parts):
 
 
 def classify(error, settings):
-    import httpx2
     import openai
     name = settings.provider.name
     if is_malformed(error):
         return malformed_error(name, error)
-    if isinstance(error, httpx2.TimeoutException):  # raised raw while reading a stream
-        return network_error(name, "timeout", "no answer within the read timeout")
-    if isinstance(error, httpx2.TransportError):
-        return network_error(name, "connection", type(error).__name__)
+    problem = transport_problem(name, error)
+    if problem is not None:
+        return problem
     if isinstance(error, openai.APITimeoutError):
-        return network_error(name, "timeout", "no answer within the read timeout")
+        return transport_problem(name, error.__cause__) or network_error(
+            name, "timeout", "no answer within the read timeout")
     if isinstance(error, openai.APIConnectionError):
         return network_error(name, "connection", type(error.__cause__ or error).__name__)
     if isinstance(error, openai.APIStatusError):

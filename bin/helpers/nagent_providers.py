@@ -2,7 +2,8 @@
 
 Data contract: `ProviderRow` is a frozen record (a namedtuple: every command reads this
 table, and dataclass generation would cost milliseconds at each start) — name, aliases, key_env
-(variables tried in order), package (import name) and pip hint, default model, adapter (the
+(variables tried in order), package (import name) and its requirement (what to install:
+nagent_install.install_command makes the line), default model, adapter (the
 bin/helpers module that talks to that SDK; imported only when a model is called), api
 ("responses" or "chat" for the openai adapter), base_url (None = the SDK default / its
 *_BASE_URL variable), the SDK's own default URL (shown in connection errors), known models,
@@ -20,7 +21,7 @@ from nagent_errors import ConfigError
 
 _FIELDS = (
     ("name", None), ("aliases", ()), ("key_env", ()), ("package", "openai"),
-    ("pip", "pip install openai"), ("default_model", ""), ("adapter", "nagent_provider_openai"),
+    ("requirement", "openai"), ("default_model", ""), ("adapter", "nagent_provider_openai"),
     ("api", "responses"),
     ("base_url", None),             # None: the SDK's default, or its *_BASE_URL variable
     ("base_url_env", None),         # variable the SDK reads for its base URL
@@ -43,27 +44,27 @@ ENTRY_FIELDS = ("model", "base_url", "api_key_env", "api_key", "models", "contex
 
 BUILTIN_PROVIDERS = (
     ProviderRow("openai", key_env=("OPENAI_API_KEY",), package="openai",
-                pip="pip install 'openai>=3.54'", default_model="gpt-5.5",
+                requirement="openai>=3.54", default_model="gpt-5.5",
                 adapter="nagent_provider_openai", api="responses", base_url_env="OPENAI_BASE_URL",
                 default_base_url="https://api.openai.com/v1",
                 models=("gpt-5.5", "gpt-5.5-mini", "gpt-5", "gpt-5-mini", "gpt-4.1"),
                 max_stop_sequences=0, context_window=400_000),
     ProviderRow("anthropic", aliases=("claude",), key_env=("ANTHROPIC_API_KEY",),
-                package="anthropic", pip="pip install 'anthropic>=2.12'",
+                package="anthropic", requirement="anthropic>=2.12",
                 default_model="claude-sonnet-4-6", adapter="nagent_provider_anthropic",
                 api="messages", base_url_env="ANTHROPIC_BASE_URL",
                 default_base_url="https://api.anthropic.com",
                 models=("claude-sonnet-4-6", "claude-opus-4-6", "claude-haiku-4-5"),
                 max_stop_sequences=8, context_window=200_000),
     ProviderRow("google", aliases=("gemini",), key_env=("GOOGLE_API_KEY", "GEMINI_API_KEY"),
-                package="google.genai", pip="pip install 'google-genai>=3.4'",
+                package="google.genai", requirement="google-genai>=3.4",
                 default_model="gemini-2.5-flash", adapter="nagent_provider_google",
                 api="generateContent", base_url_env="GOOGLE_GEMINI_BASE_URL",
                 default_base_url="https://generativelanguage.googleapis.com",
                 models=("gemini-2.5-flash", "gemini-2.5-pro", "gemini-2.5-flash-lite"),
                 max_stop_sequences=5, context_window=1_000_000),
     ProviderRow("cursor", key_env=("CURSOR_API_KEY",), package="cursor_agent",
-                pip="pip install cursor-agent-sdk", default_model="composer-2.5",
+                requirement="cursor-agent-sdk", default_model="composer-2.5",
                 adapter="nagent_provider_cursor", api="cursor",
                 models=("composer-2.5",), max_stop_sequences=0),
 )
@@ -114,7 +115,7 @@ def config_provider_row(name, entry):
                           f'add "base_url" to {where} in the config')
     return ProviderRow(
         name=name, key_env=tuple(key_env or ()), package="openai",
-        pip="pip install 'openai>=3.54'", adapter="nagent_provider_openai", api="chat",
+        requirement="openai>=3.54", adapter="nagent_provider_openai", api="chat",
         key_required=bool(key_env) or bool(entry.get("api_key")),
         models=tuple(models or ()), max_stop_sequences=4,
         **{key: value for key, value in overrides.items()},

@@ -39,6 +39,7 @@ from nagent_snapshot_history import changed_paths, open_at, owned, tree
 from nagent_snapshot_store import (append_journal, read_journal, read_plan, remove_plan,
                                    write_plan)
 from nagent_snapshots import take_snapshot
+from nagent_terminal_text import counted
 
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 SHOWN = 20
@@ -395,8 +396,7 @@ def finish_pending(store, scope, limits):
 
 def summary_line(result):
     counts = result["counts"] or {}
-    line = (f"↺ rewound {result['label']}: {counts.get('restored', 0)} "
-            f"file{'s' if counts.get('restored', 0) != 1 else ''} restored, "
+    line = (f"↺ rewound {result['label']}: {counted(counts.get('restored', 0), 'file')} restored, "
             f"{counts.get('archived', 0)} archived")
     extra = [f"{counts[key]} {word}" for key, word in
              (("kept", "kept as copies"), ("unrestorable", "not restorable (over the size cap)"),

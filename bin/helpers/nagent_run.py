@@ -8,7 +8,8 @@ one provider client for the whole run.
 Everything durable goes through `append`, which redacts the session's secrets first; every model
 call, whoever makes it, is announced with `call_started(purpose)` and counted with
 `count_call(result, purpose)`, which appends a "stats" record (its one-line format is
-nagent_stats_format's); `call_number` counts the calls the run made itself, while its totals also
+nagent_stats_format's); a call that raised is counted with `count_spent(error, purpose)`;
+`call_number` counts the calls the run made itself, while its totals also
 count the calls of nested nagents, which the actions fold in. `caps` is the run tree's budget
 (nagent_budget; the session's): no call starts past it (`call_started` raises BudgetError);
 `action_context(children)` hands actions what is left of it (each of `children` nested nagents an
@@ -61,6 +62,7 @@ class Run:
         self.client = None  # one provider client for the whole run (see nagent_llm.make_client)
         self.instance = None  # its run file (nagent_instances.RunFile), when it keeps one
         self.cut_off = []     # sub-agent conversations an interruption cut off
+        self.origin = None    # where a user's conversation started (nagent_project_conversations)
         self.snapshots = None  # nagent_run_snapshots.RunSnapshots, from the first model call
         self.turn_id = ""      # the turn's id, on its prompt record (snapshots use it)
         self.caps = getattr(session, "budget", None) or Caps()   # nagent_budget, the run tree's
@@ -132,6 +134,14 @@ class Run:
                   first_text=result.first_text,
                   usage={key: getattr(result, key) for key in USAGE_FIELDS},
                   cost_usd=None if cost is None else round(cost, 6))
+
+    def count_spent(self, error, purpose):
+        """A call that failed or was interrupted counts with what the provider may bill for it
+        (nagent_llm.spent, estimated), so totals, --status and the closing line match the
+        server."""
+        spent = nagent_llm.spent(error)
+        if spent is not None:
+            self.count_call(spent, purpose)
 
 
 class DeltaRedactor:

@@ -16,7 +16,8 @@ Data contract
 * `deliver_inbox(run) -> int`: at a turn boundary (the loop calls it before each model call,
   never during a call or an action), every message waiting in the conversation's inbox
   (nagent_inbox.take) is appended as a prompt record with source="inbox" and inbox=ID, then
-  dropped from the inbox; returns how many were appended. The next request carries them.
+  dropped from the inbox, and announced as a "prompt" event with source "inbox" (the live
+  view's `✉ message delivered`); returns how many were appended. The next request carries them.
 * `late_messages(run) -> int`: messages that arrived after the run's last model call; they stay
   queued for the next run.
 """
@@ -61,8 +62,9 @@ def deliver_inbox(run):
     path = run.session.path
     count = 0
     for name, text in inbox.take(path, run.writer.records):
-        run.append("prompt", text, {"source": inbox.SOURCE, "inbox": name})
+        record = run.append("prompt", text, {"source": inbox.SOURCE, "inbox": name})
         inbox.delivered(path, name)
+        run.emit("prompt", text=record.body, source=inbox.SOURCE)
         count += 1
     return count
 

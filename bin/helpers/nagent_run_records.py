@@ -23,6 +23,8 @@ Data contract (records are nagent_conversation.Record):
 FAILED_RUN = "failed"
 CONTINUE_TEXT = ("<system>Your reply was cut off by the output limit. Continue exactly where it "
                  "stopped, without repeating anything.</system>")
+CUT_TEXT = ("<system>Your reply was cut off: the connection to you ended before it was "
+            "complete. Continue exactly where it stopped, without repeating anything.</system>")
 CONTINUATION_ATTRS = {"continuation": "true"}
 _REASONS = {"provider": "the model provider returned an error",
             "protocol": "the replies were not in the nagent tag protocol",

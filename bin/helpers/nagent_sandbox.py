@@ -52,6 +52,7 @@ from dataclasses import dataclass
 from nagent_config import config_layers
 from nagent_discovery import install_bin_dir
 from nagent_errors import ConfigError, RefusedError, SetupError
+from nagent_install import RUN_PYTHON
 from nagent_paths import (absolute_path_value, config_file, home_dir, nagent_home, within,
                           within_any)
 from nagent_secrets import is_secret_name, withheld_names
@@ -59,7 +60,7 @@ from nagent_write_policy import temp_roots
 
 ENV_ALLOWLIST = ("PATH", "HOME", "USER", "LOGNAME", "SHELL", "TERM", "LANG", "LANGUAGE", "TZ",
                  "TMPDIR", "COLUMNS", "LINES", "NO_COLOR", "COLORTERM", "EDITOR", "VISUAL",
-                 "PAGER")
+                 "PAGER", RUN_PYTHON)
 ENV_PREFIXES = ("LC_",)
 SOCKET_SCAN_DEPTH = 2
 MAX_LINKS = 40

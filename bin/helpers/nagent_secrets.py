@@ -30,7 +30,7 @@ Data contract:
   caller's key_names; nagent_config.child_key_names for a caller without Settings), without any
   `*_API_KEY` (is_key_name), and without nagent's internal NAGENT_* variables (NAGENT_CONFIG
   stays, resolved by nagent_paths.config_file: a child in another directory reads the same
-  file). The user's other tokens (GITHUB_TOKEN ...) stay, for the tools that need them; their
+  file; so does NAGENT_PYTHON, the interpreter a checkout's tools re-execute under). The user's other tokens (GITHUB_TOKEN ...) stay, for the tools that need them; their
   values are still redacted from what comes back. The bwrap sandbox passes an allowlist instead
   (nagent_sandbox.sandbox_env) and asks `withheld_names` for the same key names.
 - `SHELL_ACTION_VAR` ("NAGENT_SHELL_ACTION") is set to "1" for every <nagent-shell> command,
@@ -50,6 +50,7 @@ defence, not the first.
 """
 
 from nagent_env_refs import whole_reference
+from nagent_install import RUN_PYTHON
 from nagent_paths import config_file
 
 SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "COOKIE", "CREDENTIAL", "CREDENTIALS",
@@ -121,6 +122,11 @@ def withheld_names(secret_names):
     return frozenset(name.upper() for name in secret_names)
 
 
+# NAGENT_* variables a child gets: the config file, and the interpreter a checkout's tools run
+# on (nagent_install.run_python_env). The others are nagent's own channels.
+PASSED_ON = ("NAGENT_CONFIG", RUN_PYTHON)
+
+
 def scrubbed_env(environ, secret_names):
     withheld = withheld_names(secret_names)
     env = {}
@@ -128,7 +134,7 @@ def scrubbed_env(environ, secret_names):
         upper = name.upper()
         if upper in withheld or is_key_name(name):
             continue
-        if upper.startswith("NAGENT_") and upper != "NAGENT_CONFIG":
+        if upper.startswith("NAGENT_") and upper not in PASSED_ON:
             continue
         env[name] = value
     if env.get("NAGENT_CONFIG"):

@@ -115,7 +115,7 @@ def check_conversation(options, environ):
     if options.get("file_edit"):
         regular_file_stat(options["file_edit"], ("is a directory", "give a file"))
     elif options.get("conversation"):
-        layout.validate_name(options["conversation"])
+        layout.given_name(options["conversation"], environ)
     return pid
 
 
@@ -142,7 +142,7 @@ def require_sdk(row):
         found = False
     if not found:
         import nagent_llm
-        nagent_llm.require_package(row)  # raises the SetupError with the pip line
+        nagent_llm.require_package(row)  # raises the SetupError with the install line
 
 
 def file_edit_facts(record, context_module, action_context):
@@ -169,10 +169,11 @@ def file_edit_facts(record, context_module, action_context):
 def shell_environ(environ):
     """The environment actions run in: the tool list the model reads says "Tools on PATH". An
     installed copy's scripts directory also holds its environment's python and pip: it goes
-    last, so the project's own python stays the one a shell action finds."""
+    last, so the project's own python stays the one a shell action finds. A checkout's tools
+    reach this run's interpreter (and its SDKs) through NAGENT_PYTHON (nagent_install)."""
     from nagent_discovery import default_bin_dirs
-    from nagent_install import checkout_bin_dir
-    env = dict(environ)
+    from nagent_install import checkout_bin_dir, run_python_env
+    env = dict(environ, **run_python_env())   # a checkout's tools run on this interpreter
     parts = [part for part in env.get("PATH", "").split(os.pathsep) if part]
     own, home_bin = default_bin_dirs(env)
     if os.path.isdir(home_bin) and home_bin not in parts:

@@ -24,6 +24,8 @@ Data contract (pure functions over str):
   terminal and `text` as it is otherwise (a pipe gets the bytes the model or tool sent).
 - `cut(line, limit)` -> `line` cut to `limit` columns with "…" (wide characters count two,
   combining ones zero); `width(ch)` is that column count.
+- `counted(n, noun, plural=None)` -> "1 call", "2 calls" ("1 reply", "3 replies" with the
+  plural given): every count nagent prints in words.
 """
 import unicodedata  # no `re`: nagent_errors imports this module, so every tool does at start-up
 
@@ -98,3 +100,8 @@ def cut(line, limit):
             return line[:index].rstrip() + "…"
         used += columns
     return line
+
+
+def counted(number, noun, plural=None):
+    """`number` `noun`s in words: "1 call", "0 calls", "2 replies" (with plural="replies")."""
+    return f"{number} {noun if number == 1 else plural or noun + 's'}"

@@ -49,10 +49,14 @@ def refresh_checkpoint(run, now):
     settings = run.session.settings
     limit = max(20_000, window_settings(settings).window_max_bytes // 2)
     run.call_started("checkpoint")
-    text, result, problem = checkpoints.write_checkpoint(
-        run.session.path, records, size,
-        lambda prompt: generate_text(prompt, settings, client=run.provider_client()),
-        now, window=window, limit=limit)
+    try:
+        text, result, problem = checkpoints.write_checkpoint(
+            run.session.path, records, size,
+            lambda prompt: generate_text(prompt, settings, client=run.provider_client()),
+            now, window=window, limit=limit)
+    except BaseException as error:   # a failed or interrupted call still counts
+        run.count_spent(error, "checkpoint")
+        raise
     run.count_call(result)
     if problem:
         run.append("error", f"checkpoint rejected: {problem}; the previous checkpoint is kept "
