@@ -9,12 +9,14 @@ roots: path, added, removed, the diff cut at EVENT_DIFF_LINES lines with a note,
 sha256 before and after) and recorded (hook record, result, continuation prompt, a nested
 nagent's totals folded in, a cut-off child remembered); an action that can change files gets a
 snapshot before and after it (run.snapshots, nagent_run_snapshots; a batch one pair for the
-batch). A batch runs concurrently (nagent_actions.process_agents), is a barrier for what
+batch); a shell action's closing snapshot is taken at once, and the files it changed are
+announced as an edit tag's are (run.snapshots.close_now). A batch runs concurrently (nagent_actions.process_agents), is a barrier for what
 follows, appends results in tag order and emits "agents" events while its children run.
 `repeated_too_often(run, actions, limit)` is the repeated-action guard's count
 (run.recent_actions). Nothing here prints.
 """
 import time
+from dataclasses import replace
 
 from nagent_accounting import add_child
 from nagent_file_change import capped
@@ -79,6 +81,15 @@ def action_groups(actions):
     return groups
 
 
+def shell_changes(run, entry_id, outcome):
+    """The shell action's outcome with the files it changed (from the run's snapshots; none
+    when they are off) and how many more changed than are shown."""
+    if not run.snapshots or entry_id is None:
+        return outcome, 0
+    changes, more = run.snapshots.close_now(entry_id)
+    return (replace(outcome, changes=outcome.changes + changes) if changes else outcome), more
+
+
 def summary_of(run, action):
     """An action's redacted one-line summary."""
     from nagent_action_view import action_summary  # off start-up: needed once actions come
@@ -119,8 +130,12 @@ def process_tags(run, actions):
         start = start_action(run, action, summary)
         progress(run, f"{action.kind}: {start[1]}")
         began = time.monotonic()
-        outcome = process_action(action, ctx)
+        outcome, more = process_action(action, ctx), 0
+        if action.kind == "shell":
+            outcome, more = shell_changes(run, snapshot, outcome)
         end_action(run, action, start, outcome, time.monotonic() - began)
+        if more:
+            run.emit("note", text=f"and {more} more files changed (nagent --changes --last)")
         snapshot_after(run, snapshot, record_outcome(run, action, outcome))
 
 
