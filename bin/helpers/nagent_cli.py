@@ -36,9 +36,14 @@ Data contract:
 - Settings flags: `add_setting_flags(parser, names)` adds one flag per config schema row,
   `provider_overrides(args)` collects the given ones, `load_settings(args)` resolves the
   settings and prints their warnings (unknown config keys) once.
-- `refuse_in_shell_action(tool, use, environ=None)`: UsageError when this process runs inside
-  a nagent shell action (nagent_secrets.SHELL_ACTION_VAR): `tool` cannot work there (no key),
-  and the line names `use`, the tag the model should reply with instead.
+- `refuse_in_shell_action(tool, use, environ=None, fix=USE_THE_TAG)`: UsageError (exit 2) when
+  this process runs inside a nagent shell action (nagent_secrets.SHELL_ACTION_VAR), the one rule
+  for what nagent's own tools refuse there: `tool` (a tool, or a command such as
+  "nagent --rewind") cannot work there (no key) or is the user's to run, and the line names
+  `use` (the tag the model should reply with instead, or what the command would change) and
+  `fix`. The variable is in the model's command's environment, so this stops a model that
+  follows the protocol, not one that unsets it: the boundaries are the driver's conversation
+  lock, the missing key and the bwrap sandbox (which hides ~/.nagent).
 - `spinner_allowed(environ)`: the one reader of NAGENT_NO_SPINNER (unset, "" or "0": animation
   allowed). `Spinner` draws on stderr only when stderr is a TTY and that allows it; it writes
   no escape sequence (the line is cleared with spaces), so NO_COLOR output stays plain.
@@ -202,11 +207,13 @@ def current_cwd():
                          "cd to an existing directory")
 
 
-def refuse_in_shell_action(tool, use, environ=None):
+USE_THE_TAG = "reply with that tag instead: nagent runs it with the session's key"
+
+
+def refuse_in_shell_action(tool, use, environ=None, fix=USE_THE_TAG):
     environ = os.environ if environ is None else environ
     if environ.get(SHELL_ACTION_VAR):
-        raise UsageError(f"{tool} does not run inside a nagent shell action", use,
-                         "reply with that tag instead: nagent runs it with the session's key")
+        raise UsageError(f"{tool} does not run inside a nagent shell action", use, fix)
 
 
 def spinner_allowed(environ):

@@ -10,7 +10,10 @@ the selected conversation is archived (as --clear does) only after every check o
 passed, right before the prompt runs. --last, --action, --diff, --dry-run and a bare
 --conversation go with --changes or --rewind (ONLY_WITH), --turn also with them. Inside a
 nagent shell action a prompt run and the commands that call a model are refused at once
-(nagent_cli.refuse_in_shell_action), naming the tags that do the same from the model's reply.
+(nagent_cli.refuse_in_shell_action), naming the tags that do the same from the model's reply;
+so are the commands that change conversations, the project's files, what is trusted or another
+run's prompts (SHELL_REFUSED: the user's to run; --rewind --dry-run changes nothing and runs).
+Read-only ones (--changes, --status, --ps, --help, listings) run.
 A prompt run reports through the events sinks nagent_output chooses (live display, streamed
 answer, --events lines); an error raised after the settings are resolved carries `context`
 (provider, model, conversation) for the --json and --events error output of nagent_cli.run_main.
@@ -62,6 +65,25 @@ def check_combinations(chosen, options):
 NESTED_TAGS = ('<nagent-agent>task</nagent-agent> for a sub-task, <nagent-file-edit path="PATH">'
                'instruction</nagent-file-edit> or <nagent-replace path="PATH"> for a file')
 MODEL_COMMANDS = ("summarize", "edit_conversation", "compact")
+SHELL_REFUSED = {"clear": "it archives a conversation",
+                 "save_conversation": "it writes a conversation",
+                 "load_conversation": "it replaces a conversation",
+                 "branch_conversation": "it starts a conversation",
+                 "rewind": "it changes the project's files and a conversation",
+                 "trust": "it trusts the project's tools",
+                 "send": "it puts a prompt into a conversation"}
+USER_RUNS_IT = ("the user runs it from a terminal; --changes, --status and --ps run here, "
+                "--rewind --dry-run too")
+
+
+def refuse_in_shell(chosen, options):
+    """The lifecycle commands nagent_cli.refuse_in_shell_action refuses inside a shell action."""
+    for name in chosen:
+        if name in MODEL_COMMANDS:
+            refuse_in_shell_action("nagent", NESTED_TAGS)
+        elif name in SHELL_REFUSED and not (name == "rewind" and options.get("dry_run")):
+            refuse_in_shell_action("nagent --" + name.replace("_", "-"), SHELL_REFUSED[name],
+                                   fix=USER_RUNS_IT)
 
 
 def select_conversation(options, environ):
@@ -199,8 +221,7 @@ def error_event(error, code):
 
 def run_lifecycle(chosen, options):
     import nagent_lifecycle_commands as commands
-    if chosen and chosen[0] in MODEL_COMMANDS:
-        refuse_in_shell_action("nagent", NESTED_TAGS)
+    refuse_in_shell(chosen, options)
     check_combinations(chosen, options)
     if len(chosen) > 1:
         raise UsageError("choose one lifecycle flag at a time", ", ".join("--" + c.replace("_", "-")
