@@ -400,6 +400,15 @@ class RewindConversationTest(LibraryCase):
 
 
 class TreeAndStoreTest(LibraryCase):
+    def test_the_scope_is_the_project_rules_root_and_never_a_git_directory(self):
+        self.project({"a.py": "a = 1\n"})
+        for inside in (".git", os.path.join(".git", "refs", "heads")):   # refs, HEAD: git's own
+            refused = project_scope(os.path.join(self.cwd, inside), self.env, ()).refused
+            self.assertIn("inside the repository directory", refused or "")
+        self.git("config", "core.worktree", self.tmp)   # git names another work tree: refused
+        scope = project_scope(os.path.join(self.cwd), self.env, ())
+        self.assertEqual((scope.mode, scope.root, scope.refused), ("tree", self.cwd, None))
+
     def test_outside_git_the_tree_has_limits_and_home_and_root_are_refused(self):
         for where in (self.home, "/"):
             self.assertIsNotNone(project_scope(where, self.env, ()).refused)
