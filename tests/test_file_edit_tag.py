@@ -18,6 +18,7 @@ from fakes import ReplySpec
 from nagent_conversation import ConversationWriter
 from project_fixture import ProjectFixture
 from test_edit_journey import USAGE, edit_project
+from test_file_edit import request_text
 from test_loop import NagentRunCase
 
 NESTED_MARK = "Write rules (per-file edit session)"
@@ -175,23 +176,6 @@ class ChildSettingsTest(unittest.TestCase):
         self.assertIn("--invocation delegated --parent-conversation /c --depth 1", command)
 
 
-def request_text(record):
-    """Every string of a request's JSON but the model's own messages: the data it reads."""
-    found = []
-
-    def walk(value):
-        if isinstance(value, str):
-            found.append(value)
-        elif isinstance(value, dict) and value.get("role") != "assistant":
-            for item in value.values():
-                walk(item)
-        elif isinstance(value, list):
-            for item in value:
-                walk(item)
-    walk(record.get("json"))
-    return "\n".join(found)
-
-
 class EditResultFramingTest(EditProjectCase):
     """The diff and answer of <nagent-replace> and <nagent-file-edit> pass through the one
     framing rule (nagent_protocol_blocks.frame_data): a file or session line that reads as a
@@ -212,7 +196,7 @@ class EditResultFramingTest(EditProjectCase):
         proc = self.nagent("--pid", "4242", "edit util.py")
         self.assertEqual(proc.returncode, 0, proc.stderr)
         requests = [r for r in self.fake.requests if r["path"] == "/v1/responses"]
-        text = request_text(requests[-1])
+        text = request_text(requests[-1], skip_role="assistant")   # not the model's own
         text = text[text.rindex("edit util.py"):]   # the turn (the grammar's examples before it)
         marks = re.findall(r"(?m)^([ \t]*\\*)(</?(?:nagent-[a-z0-9-]*-result|system)\b[^\n]*)",
                            text)
