@@ -29,11 +29,13 @@ class ShellChangesTest(RewindRunCase):
 
     def test_a_shell_edit_shows_its_files_as_an_edit_tag_does(self):
         self.project({"b.py": "x = 1\ny = 1\n", "d.py": "gone\n"})
-        events = self.events(shell("sed -i 's/x = 1/x = 2/' b.py && printf 'new\\n' > c.py && rm d.py"))
+        events = self.events(shell("sed -i 's/x = 1/x = 2/' b.py && printf 'new\\n' > c.py && rm d.py"
+                                   " && printf 'a\\000b' > e.bin"))
         starts = [e for e in events if e["type"] == "action_start"]
         changes = [e for e in events if e["type"] == "file_change"]
         self.assertEqual([(c["path"], c["added"], c["removed"]) for c in changes],
-                         [("b.py", 1, 1), ("c.py", 1, 0), ("d.py", 0, 1)])
+                         [("b.py", 1, 1), ("c.py", 1, 0), ("d.py", 0, 1), ("e.bin", 0, 0)])
+        self.assertEqual(changes[3]["diff"], "(no diff: e.bin is binary)\n")
         self.assertEqual({c["index"] for c in changes}, {starts[0]["index"]})
         b = changes[0]
         self.assertIn("-x = 1\n+x = 2\n", b["diff"])
