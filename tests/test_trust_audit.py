@@ -46,3 +46,38 @@ class RewindNoteFramingTest(LibraryCase):
         self.assertEqual([line for line in driver_lines(note) if FORGED_NOTE in line
                           or line.strip() == "</system>" and not note.endswith(line)], [])
         self.assertEqual(note.count("\n<system>"), 0, note)
+
+
+class GuardGitConfigTest(ProjectFixture, HermeticTestCase):
+    """Classes 1 and 2: the destructive-command guard asks git whether `git checkout -- PATH`
+    would discard changes. A sandboxed command can write the project's .git/config and
+    .gitattributes; the guard's git runs in the driver, outside the sandbox, and must never run
+    a command that config names (a clean filter runs on `git status`)."""
+
+    def test_the_guard_never_runs_a_filter_the_repository_configures(self):
+        import nagent_guard
+        self.init_git()
+        self.write_file("a.txt", "a\n")
+        self.write_file("sub/b.txt", "b\n")
+        os.symlink("a.txt", os.path.join(self.cwd, "link"))
+        self.write_file(".gitattributes", "* filter=x\n")
+        self.git("add", "-A")
+        self.git("commit", "-q", "-m", "start")
+        ran = os.path.join(self.tmp, "FILTER-RAN")
+        self.git("config", "filter.x.clean", f"touch {ran}; cat")
+        real = os.path.realpath(self.cwd)
+        place = nagent_guard.git_place(real, self.env, real, ("/nonexistent",))
+        sub = os.path.join(real, "sub")
+        self.assertFalse(place.dirty(("a.txt", "link", "sub"), real))
+        self.assertFalse(place.dirty(("b.txt",), sub))
+        self.write_file("a.txt", "changed\n")
+        self.assertTrue(place.dirty(("a.txt",), real))
+        self.assertTrue(place.dirty((".",), real))
+        self.assertFalse(place.dirty(("b.txt",), sub))
+        self.write_file("sub/new.txt", "n\n")                  # untracked, as git status says
+        self.assertTrue(place.dirty((".",), sub))
+        os.chmod(os.path.join(real, "sub", "b.txt"), 0o755)   # a mode change is discarded too
+        self.assertTrue(place.dirty(("b.txt",), sub))
+        self.assertTrue(place.dirty(("../a.txt",), sub))
+        self.assertIsNone(place.dirty(("../../elsewhere",), sub))   # outside: cannot tell
+        self.assertFalse(os.path.exists(ran), "the guard ran the repository's filter")

@@ -30,6 +30,10 @@ Data contract:
   nagent_config.child_key_names, no prompt, no pager, no optional locks, the ceiling above M,
   PATH without relative entries), stdin closed, GIT_TIMEOUT seconds; git itself is looked up in
   the absolute PATH entries only (nagent_paths.find_program: a clone's own `git` never runs).
+  Only READING_SUBCOMMANDS (rev-parse, log, ls-files, diff-index): none runs a command the
+  repository's config or attributes name (a filter, textconv, external diff, hook, fsmonitor),
+  which a sandboxed command may have written; anything else is a ValueError. Every git process
+  nagent starts on a project goes through here (the guard's tracked/changed questions too).
 - `has_permissions_file(cwd)`: whether the `.nagent` marker's directory holds a
   `.nagent/permissions` file (a filesystem walk only: callers read the rules, validated
   through find_project, only when it does).
@@ -46,6 +50,13 @@ GIT_TIMEOUT = 2.0
 DISCOVERY_VARIABLES = ("GIT_DIR", "GIT_WORK_TREE", "GIT_COMMON_DIR", "GIT_CEILING_DIRECTORIES",
                        "GIT_DISCOVERY_ACROSS_FILESYSTEM", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY",
                        "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_NAMESPACE")
+
+# What nagent itself asks git about a project: subcommands that read the index, refs and objects
+# and never a work-tree file through a filter, a textconv or an external diff, and run no hook.
+# The repository's config is not nagent's: a sandboxed command can write .git/config and
+# .gitattributes, and this git runs in the driver, outside the sandbox (`git status` runs a
+# clean filter: never here). Anything else about the work tree is read in Python.
+READING_SUBCOMMANDS = frozenset({"rev-parse", "log", "ls-files", "diff-index"})
 
 Project = namedtuple("Project", "root branch git_dir")
 ProjectSearch = namedtuple("ProjectSearch", "project refused")
@@ -82,6 +93,8 @@ def git_command(directory, *args, git="git"):
 
 
 def run_git(marker, args, environ=None, secret_names=None):
+    if not args or args[0] not in READING_SUBCOMMANDS:
+        raise ValueError(f"run_git runs only {sorted(READING_SUBCOMMANDS)}: {args[:1]}")
     environ = os.environ if environ is None else environ
     git = find_program("git", environ.get("PATH", os.defpath))
     if git is None:
