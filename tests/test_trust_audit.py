@@ -81,3 +81,26 @@ class GuardGitConfigTest(ProjectFixture, HermeticTestCase):
         self.assertTrue(place.dirty(("../a.txt",), sub))
         self.assertIsNone(place.dirty(("../../elsewhere",), sub))   # outside: cannot tell
         self.assertFalse(os.path.exists(ran), "the guard ran the repository's filter")
+
+
+class PlanModeGitTest(ProjectFixture, HermeticTestCase):
+    """Plan mode without a sandbox runs only commands nagent_read_only judges to change nothing.
+    Class 3: the name "git grep" is in that list, but `-O<cmd>` runs a command on the files it
+    finds. Class 2: a read-only `git status` inside a bare repository a clone carries reads
+    that repository's committed config, whose core.fsmonitor is a command."""
+
+    def read_only(self, text):
+        from nagent_command_words import parse_script
+        from nagent_read_only import read_only
+        return read_only(parse_script(text, self.cwd).commands[0])
+
+    def test_git_grep_that_opens_files_in_a_program_is_not_read_only(self):
+        for text in ("git grep -Osh foo", "git grep -O sh foo", "git grep -nOsh foo",
+                     "git grep --open-files-in-pager=sh foo", "git grep --open-f=sh foo",
+                     "git grep --op sh foo"):
+            with self.subTest(text=text):
+                self.assertFalse(self.read_only(text))
+        for text in ("git grep -n foo", "git grep --or -e a -e b", "git grep --only-matching x",
+                     "git log --oneline", "git status"):
+            with self.subTest(text=text):
+                self.assertTrue(self.read_only(text))
