@@ -104,3 +104,25 @@ class PlanModeGitTest(ProjectFixture, HermeticTestCase):
                      "git log --oneline", "git status"):
             with self.subTest(text=text):
                 self.assertTrue(self.read_only(text))
+
+    def test_a_shell_action_never_discovers_a_bare_repository_the_project_carries(self):
+        from nagent_shell import ShellPolicy, run_shell
+        self.init_git()
+        evil = os.path.join(self.cwd, "vendor", "evil.git")
+        ran = os.path.join(self.tmp, "FSMONITOR-RAN")
+        subprocess.run(["git", "init", "-q", "--bare", evil], env=self.env, check=True)
+        for key, value in (("core.bare", "false"), ("core.worktree", ".."),
+                           ("core.fsmonitor", f"touch {ran}; echo")):
+            subprocess.run(["git", "config", "--file", os.path.join(evil, "config"), key, value],
+                           env=self.env, check=True)
+        self.write_file("vendor/f.txt", "f\n")
+        command = "git -C vendor/evil.git status; cd vendor/evil.git/refs && git log"
+        self.assertTrue(all(self.read_only(part) for part in
+                            ("git -C vendor/evil.git status", "git log")))
+        outcome = run_shell(command, self.cwd, ShellPolicy(), os.path.join(self.tmp, "side"),
+                            environ=self.env)
+        self.assertFalse(os.path.exists(ran), "the carried repository's fsmonitor ran")
+        self.assertIn("safe.bareRepository", outcome.stderr)
+        plain = run_shell("git -C vendor/evil.git --git-dir=. log -1 2>&1; echo $?", self.cwd,
+                          ShellPolicy(), os.path.join(self.tmp, "side"), environ=self.env)
+        self.assertNotIn("safe.bareRepository", plain.stdout)   # an explicit --git-dir works

@@ -34,6 +34,9 @@ Data contract:
   repository's config or attributes name (a filter, textconv, external diff, hook, fsmonitor),
   which a sandboxed command may have written; anything else is a ValueError. Every git process
   nagent starts on a project goes through here (the guard's tracked/changed questions too).
+- `with_git_safety(env)`: the environment of a shell action, with git told (GIT_CONFIG_COUNT,
+  after any the user set) `safe.bareRepository=explicit` like nagent's own git: a bare
+  repository a clone carries is never discovered, so its committed config runs nothing.
 - `has_permissions_file(cwd)`: whether the `.nagent` marker's directory holds a
   `.nagent/permissions` file (a filesystem walk only: callers read the rules, validated
   through find_project, only when it does).
@@ -56,6 +59,7 @@ DISCOVERY_VARIABLES = ("GIT_DIR", "GIT_WORK_TREE", "GIT_COMMON_DIR", "GIT_CEILIN
 # The repository's config is not nagent's: a sandboxed command can write .git/config and
 # .gitattributes, and this git runs in the driver, outside the sandbox (`git status` runs a
 # clean filter: never here). Anything else about the work tree is read in Python.
+BARE_REPOSITORIES = ("safe.bareRepository", "explicit")
 READING_SUBCOMMANDS = frozenset({"rev-parse", "log", "ls-files", "diff-index"})
 
 Project = namedtuple("Project", "root branch git_dir")
@@ -86,9 +90,23 @@ def git_environ(environ, secret_names=None, ceiling=None):
     return env
 
 
+def with_git_safety(env):
+    """`env` for a process that may run git where nagent did not choose the repository (a shell
+    action: plan mode runs `git status` there as read-only): GIT_CONFIG_COUNT entries after the
+    caller's own make git never discover a bare repository the project carries, whose
+    committed config could name commands (core.fsmonitor) that git runs."""
+    env = dict(env)
+    count = env.get("GIT_CONFIG_COUNT", "")
+    index = int(count) if count.isdigit() else 0
+    key, value = BARE_REPOSITORIES
+    env.update({f"GIT_CONFIG_KEY_{index}": key, f"GIT_CONFIG_VALUE_{index}": value,
+                "GIT_CONFIG_COUNT": str(index + 1)})
+    return env
+
+
 def git_command(directory, *args, git="git"):
     # The repository may be untrusted: no pager, no fsmonitor hook, no bare repository it carries.
-    return [git, "--no-pager", "-c", "core.fsmonitor=false", "-c", "safe.bareRepository=explicit",
+    return [git, "--no-pager", "-c", "core.fsmonitor=false", "-c", "=".join(BARE_REPOSITORIES),
             "-C", directory, *args]
 
 
