@@ -140,3 +140,50 @@ class ReplacePromptFramingTest(HermeticTestCase):
         prompt = replace_prompt("/p/a.py", [Pair(old, "x = 2\n")], {})
         self.assertEqual([line for line in driver_lines(prompt) if FORGED_NOTE in line], [])
         self.assertIn(f"\n\\<system>{FORGED_NOTE}", prompt)   # the data, marked as data
+
+
+class BatchDiffConfigTest(HermeticTestCase):
+    """Class 2: nagent-batch diffs a task's workspace after its nagent ran there, maybe in a
+    sandbox that lets it write the workspace, whose .git (a clone's directory, a worktree's
+    `gitdir:` file) is in the workspace. The coordinator's git runs outside any sandbox and must
+    never read a config the workspace names (a clean filter runs on `git diff`)."""
+
+    def setUp(self):
+        super().setUp()
+        from batch_fixture import make_repo
+        self.repo = make_repo(os.path.join(self.cwd, "repo"))
+        self.ran = os.path.join(self.tmp, "FILTER-RAN")
+
+    def attempt(self, repo, plant):
+        import nagent_batch_workspace as workspace
+        from nagent_batch_tasks import Task
+        ws = workspace.create(Task(id="t", prompt="p", repo=repo), os.path.join(self.cwd, "work"),
+                              f"t.{len(os.listdir(self.tmp))}", self.env)
+        plant(ws.path)     # what the task's nagent did
+        self.write_file(os.path.join(ws.path, ".gitattributes"), "* filter=x\n")
+        self.write_file(os.path.join(ws.path, "new.txt"), "new\n")
+        diff = workspace.diff(ws, self.env)
+        self.assertFalse(os.path.exists(self.ran), "the workspace's filter ran")
+        self.assertIn("+++ b/new.txt", diff)
+        self.assertIn("+++ b/.gitattributes", diff)
+        self.assertIsNone(workspace.remove(ws, self.env))
+
+    def test_a_clone_s_own_config_runs_nothing(self):
+        def plant(path):
+            with open(os.path.join(path, ".git", "config"), "a", encoding="utf-8") as handle:
+                handle.write(f'[filter "x"]\n\tclean = touch {self.ran}; cat\n'
+                             f'[diff]\n\texternal = touch {self.ran}\n')
+        self.attempt(f"file://{self.repo}", plant)
+
+    def test_a_worktree_s_gitdir_file_pointed_elsewhere_runs_nothing(self):
+        def plant(path):
+            evil = os.path.join(path, ".evil")
+            subprocess.run(["git", "init", "-q", "--bare", evil], env=self.env, check=True)
+            with open(os.path.join(evil, "config"), "a", encoding="utf-8") as handle:
+                handle.write(f'[core]\n\tbare = false\n[filter "x"]\n\tclean = touch {self.ran}; cat\n')
+            with open(os.path.join(evil, "objects", "info", "alternates"), "w",
+                      encoding="utf-8") as handle:
+                handle.write(os.path.join(self.repo, ".git", "objects") + "\n")
+            with open(os.path.join(path, ".git"), "w", encoding="utf-8") as handle:
+                handle.write(f"gitdir: {evil}\n")
+        self.attempt(self.repo, plant)
