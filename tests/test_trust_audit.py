@@ -187,3 +187,27 @@ class BatchDiffConfigTest(HermeticTestCase):
             with open(os.path.join(path, ".git"), "w", encoding="utf-8") as handle:
                 handle.write(f"gitdir: {evil}\n")
         self.attempt(self.repo, plant)
+
+
+class RelativePathEntryTest(ProjectFixture, HermeticTestCase):
+    """Class 3: permission rules and plan mode judge a bare command name as the program it names
+    on the system (`git status` is read-only). With "." or "bin" in the user's PATH, bash runs
+    the repository's own ./git instead. The one rule for programs looked up by name
+    (nagent_paths.absolute_path_value) holds for the PATH shell actions run with."""
+
+    def test_a_shell_action_never_finds_a_command_in_the_project_by_a_relative_path_entry(self):
+        from nagent_session import shell_environ
+        from nagent_shell import ShellPolicy, run_shell
+        self.init_git()
+        ran = os.path.join(self.tmp, "PROJECT-GIT-RAN")
+        for folder in (".", "bin"):
+            path = self.write_file(os.path.join(folder, "git"), f'#!/bin/sh\ntouch "{ran}"\n')
+            os.chmod(path, 0o755)
+        environ = dict(self.env, PATH=os.pathsep.join([".", "bin", self.env["PATH"]]))
+        env = shell_environ(environ)
+        self.assertEqual([part for part in env["PATH"].split(os.pathsep)
+                          if not os.path.isabs(part)], [])
+        outcome = run_shell("git --version", self.cwd, ShellPolicy(),
+                            os.path.join(self.tmp, "side"), environ=env)
+        self.assertFalse(os.path.exists(ran), "the repository's ./git ran")
+        self.assertIn("git version", outcome.stdout)
