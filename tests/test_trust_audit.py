@@ -8,6 +8,7 @@ import subprocess
 from base import HermeticTestCase
 from project_fixture import ProjectFixture
 from test_rewind import LibraryCase
+from test_sandbox_attacks import SandboxCase, parse
 
 from nagent_conversation import read_records
 
@@ -211,3 +212,28 @@ class RelativePathEntryTest(ProjectFixture, HermeticTestCase):
                             os.path.join(self.tmp, "side"), environ=env)
         self.assertFalse(os.path.exists(ran), "the repository's ./git ran")
         self.assertIn("git version", outcome.stdout)
+
+
+class SandboxedGitConfigJourneyTest(SandboxCase):
+    """The guard's hole end to end: bin/nagent --shell-sandbox bwrap in a git project. A
+    sandboxed command writes a clean filter into .git/config (inside the sandbox the project is
+    writable, the outside directory is not); the next command, `git checkout -- a.txt`, makes the
+    driver's guard look at the repository, outside the sandbox."""
+
+    def test_a_filter_written_from_the_sandbox_never_runs_outside_it(self):
+        ran = os.path.join(self.outside, "FILTER-RAN")
+        env = dict(self.env, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t",
+                   GIT_COMMITTER_EMAIL="t@t")
+        for args in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "x"]):
+            self.write_file("a.txt", "a\n")
+            subprocess.run(["git", *args], cwd=self.cwd, env=env, check=True)
+        self.shell(lambda: f"git config filter.x.clean 'touch {ran}; cat'\n"
+                           "echo '* filter=x' > .gitattributes\nsed -i s/a/b/ a.txt\n"
+                           "probe wrote test -s .git/config")
+        self.replies.append("<nagent-shell>git checkout -- a.txt</nagent-shell>")
+        proc = self.nagent("journey")
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        results = self.results("journey")
+        self.assertEqual(parse(results[0]).get("wrote"), "ok", results[0])
+        self.assertIn("discards uncommitted changes", results[1])   # the guard still saw it
+        self.assertFalse(os.path.exists(ran), "the project's filter ran outside the sandbox")
