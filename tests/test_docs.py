@@ -9,6 +9,7 @@ import glob
 import importlib
 import os
 import re
+import shlex
 
 from base import REPO, HermeticTestCase
 
@@ -194,6 +195,10 @@ class HelpEndingTest(HermeticTestCase):
             self.assertTrue(2 <= len(sections["examples"]) <= 4, (name, sections["examples"]))
             for line in sections["examples"]:
                 self.assertRegex(line, rf"^\s+(\S.*\| )?{re.escape(name)} ", name)
+                # The example's own command line parses: no flag in it is misspelt or gone.
+                words = shlex.split(line.split(" | ")[0] if line.strip().startswith(name)
+                                    else line.split(" | ")[1], comments=True)
+                parser.parse_args(words[1:])
             self.assertTrue(text.rstrip().endswith(sections["exit codes"][-1]), name)
             shown = {}
             for line in sections["exit codes"]:

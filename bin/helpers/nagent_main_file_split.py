@@ -17,8 +17,8 @@ DESCRIPTION = ("Split a large text file into structure-aware segment files of at
                "and an index.json (source hash, line numbers, per-segment hashes); --refresh "
                "re-splits.")
 EXAMPLES = ("nagent-file-split --file src/big.py --output /tmp/big-split --json",
-            ("nagent-file-split --file src/big.py --output /tmp/big-split --refresh",
-             "re-split, keeping edited segments"),
+            ("nagent-file-split --output /tmp/big-split --refresh",
+             "re-split after the source changed; refuses over unmerged edits"),
             ("nagent-file-split --file notes.md --output /tmp/notes-split --summarize",
              "a summary per segment (calls the model)"))
 EXITS = ("ok", "failure", "usage", "config", "setup", "provider", "input", "refused",
