@@ -1,0 +1,146 @@
+"""The ends of a run (issue 25): the process ends as soon as its answer is out
+(nagent_cli.exit_now), with nothing it wrote lost; set-up started while the first request is in
+flight is still reported when it fails.
+"""
+import os
+import subprocess
+import sys
+import textwrap
+
+from base import HELPERS, HermeticTestCase
+from fakes import FakeVendor
+import nagent_conversation
+
+
+def run_snippet(test, code, **kwargs):
+    """A fresh interpreter running `code` with bin/helpers on its path."""
+    script = f"import sys\nsys.path.insert(0, {HELPERS!r})\n" + textwrap.dedent(code)
+    env = dict(test.env)
+    env.pop("PYTHONUNBUFFERED", None)   # output stays buffered until something flushes it
+    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          env=env, cwd=test.cwd, timeout=60, **kwargs)
+
+
+class ExitNowTest(HermeticTestCase):
+    def test_flushes_runs_atexit_and_skips_teardown(self):
+        proc = run_snippet(self, """
+            import atexit, sys
+            import nagent_cli
+
+            class Teardown:
+                def __del__(self):
+                    sys.stdout.write("teardown ran\\n")
+
+            kept = Teardown()
+            atexit.register(lambda: sys.stdout.write("atexit ran\\n"))
+            sys.stdout.write("answer\\n")   # buffered: a pipe
+            sys.stderr.write("note")
+            nagent_cli.exit_now(7)
+            sys.stdout.write("not reached\\n")
+        """)
+        self.assertEqual(proc.returncode, 7)
+        self.assertEqual(proc.stdout, "answer\natexit ran\n")
+        self.assertEqual(proc.stderr, "note")
+
+    def test_waits_for_a_running_thread_by_returning(self):
+        """A non-daemon thread still working: exit_now leaves the exit to the interpreter,
+        which waits for it, so what the thread writes is not cut off."""
+        marker = os.path.join(self.tmp, "written")
+        proc = run_snippet(self, f"""
+            import threading, time
+            import nagent_cli
+            go = threading.Event()
+
+            def work():
+                go.wait()
+                time.sleep(0.05)
+                with open({marker!r}, "w") as handle:
+                    handle.write("done")
+
+            threading.Thread(target=work).start()
+            code = nagent_cli.exit_now(5)
+            print("returned", code, flush=True)
+            go.set()
+            sys.exit(code)
+        """)
+        self.assertEqual(proc.returncode, 5)
+        self.assertEqual(proc.stdout, "returned 5\n")
+        with open(marker) as handle:
+            self.assertEqual(handle.read(), "done")
+
+    def test_closed_pipe_keeps_the_ordinary_report(self):
+        """stdout's reader went away: exit_now leaves the exit to the interpreter, which
+        reports the broken pipe as it always did (exit 120)."""
+        script = f"import sys\nsys.path.insert(0, {HELPERS!r})\n" + textwrap.dedent("""
+            import sys
+            import nagent_cli
+            sys.stdin.readline()          # the reader has closed its end by now
+            sys.stdout.write("answer\\n")
+            code = nagent_cli.exit_now(0)
+            sys.stderr.write(f"returned {code}\\n")
+            sys.exit(code)
+        """)
+        env = dict(self.env)
+        env.pop("PYTHONUNBUFFERED", None)   # the answer stays in the buffer until the exit
+        proc = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+                                cwd=self.cwd, text=True)
+        proc.stdout.close()
+        _, err = proc.communicate("go\n", timeout=60)
+        self.assertIn("returned 0", err)
+        self.assertIn("BrokenPipeError", err)
+        self.assertEqual(proc.returncode, 120)
+
+
+class AnswerThenExitTest(HermeticTestCase):
+    """A one-shot run that ends at once after its answer leaves the whole conversation."""
+
+    def setUp(self):
+        super().setUp()
+        self.fake = FakeVendor().start()
+        self.addCleanup(self.fake.stop)
+        self.env.update(self.fake.env())
+        self.write_config({"provider": "openai", "retry": {"base_delay": 0, "max_delay": 0}})
+
+    def test_conversation_complete_at_exit(self):
+        self.fake.reply("<nagent-shell>echo step</nagent-shell>")
+        self.fake.reply("<nagent-response>All done.</nagent-response>")
+        proc = self.run_tool("nagent", "--conversation", "ends", "do it", fresh=True)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertEqual(proc.stdout, "All done.\n")
+        path = os.path.join(self.home, ".nagent", "conversations", "ends")
+        records = nagent_conversation.read_records(path)
+        kinds = [record.kind for record in records]
+        self.assertEqual(kinds.count("stats"), 2)
+        self.assertEqual(kinds[-2:], ["stats", "reply"])
+        self.assertIn("All done.", records[-1].body)
+        with open(path, "rb") as handle:
+            self.assertTrue(handle.read().endswith(b"\n"))
+        runs = os.path.join(self.home, ".nagent", "run")
+        self.assertEqual(os.listdir(runs) if os.path.isdir(runs) else [], [],
+                         "the run file is removed before the exit")
+
+
+class ForkedToolExitTest(HermeticTestCase):
+    def test_forked_tool_runs_none_of_the_parents_atexit_functions(self):
+        """A forked `nagent` (nagent_fork) ends through exit_now: the parent's atexit functions
+        (a test zygote's clean-up, say) must not run in it."""
+        marker = os.path.join(self.tmp, "atexit")
+        out = os.path.join(self.tmp, "out")
+        proc = run_snippet(self, f"""
+            import atexit, os
+            import nagent_fork
+            atexit.register(lambda: open({marker!r}, "a").write(f"{{os.getpid()}}\\n"))
+            files = [open(os.devnull, "rb"), open({out!r}, "wb"), open(os.devnull, "wb")]
+            child = nagent_fork.fork_tool("nagent", ["--description"], dict(os.environ),
+                                          os.getcwd(), files)
+            child.wait(60)
+            print(child.returncode, os.getpid())
+        """)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        code, parent = proc.stdout.split()
+        self.assertEqual(code, "0")
+        with open(out) as handle:
+            self.assertIn("nagent", handle.read())
+        with open(marker) as handle:
+            self.assertEqual(handle.read().split(), [parent])
