@@ -13,11 +13,14 @@ The ends of a run, from the same runs (issue 25):
 - first_step_ms: the first gap (the run's first shell and read step: one-time set-up shows
   here), later_gap_ms: the median of the other gaps (the "request gap" of a 20-step session);
 - answer_exit_ms: from the answer's first byte on stdout to the process's exit (taken from
-  os.waitpid in its own thread, not from the pipes' closing); fake_answer_exit_ms from the fake
+  os.wait4 in its own thread, not from the pipes' closing); fake_answer_exit_ms from the fake
   having sent the final answer to the exit (the SDK's and the loop's handling of the reply
   included);
 - per_turn_ms: (T20 − T1) / 19, the wall time of the 20-turn run minus that of a 1-turn run
-  (a plain answer), over the 19 extra turns.
+  (a plain answer), over the 19 extra turns; cpu_per_turn_ms the same of the CPU time nagent and
+  the processes it waited for used (os.wait4), which other load disturbs much less.
+`--latency MS` makes the fake answer each request after MS ms, as a model does: set-up done while
+a request is in flight then shows in the gaps (which exclude the latency itself).
 With --runs N every figure is the minimum over N runs (the least disturbed by other load); with
 `--compare DIR` the runs alternate between this checkout and the one at DIR (e.g. an
 unpacked `git archive` of the base commit), one row each, so both see the same load.
@@ -63,15 +66,16 @@ class TimedFake(FakeVendor):
         started = time.perf_counter()
         answer = super()._handle(method, target, headers, body)
         if method == "POST" and any(mark in target for mark in GENERATION_MARKS):
-            self.timings.append((started, time.perf_counter()))
+            # A scripted latency is waited out after this returns: the answer ends after it.
+            self.timings.append((started, time.perf_counter() + (answer.delay or 0.0)))
         return answer
 
 
-def script(fake, turns=TURNS):
+def script(fake, turns=TURNS, latency=0.0):
     for turn in range(turns - 1):
         fake.reply(f"<nagent-shell>echo turn {turn}; ls</nagent-shell>\n"
-                   f'<nagent-read path="notes-{turn % 3}.txt"/>')
-    fake.reply("<nagent-response>Finished the scripted run.</nagent-response>")
+                   f'<nagent-read path="notes-{turn % 3}.txt"/>', delay=latency)
+    fake.reply("<nagent-response>Finished the scripted run.</nagent-response>", delay=latency)
 
 
 def canonical_messages(body):
@@ -90,7 +94,7 @@ def canonical_messages(body):
     return json.dumps(pairs, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 
-def run_once(provider, snapshots=True, turns=TURNS, repo=REPO, profile=None):
+def run_once(provider, snapshots=True, turns=TURNS, repo=REPO, profile=None, latency=0.0):
     root, home, cwd, config = make_workspace(
         "nagent-bench-turns-", {"provider": provider, "retry": {"base_delay": 0, "max_delay": 0},
                                 "snapshots": {"enabled": snapshots}})
@@ -102,7 +106,7 @@ def run_once(provider, snapshots=True, turns=TURNS, repo=REPO, profile=None):
         env = clean_environ()
         env.update(fake.env())
         env.update(HOME=home, NAGENT_CONFIG=config, NAGENT_NO_SPINNER="1", TMPDIR=root)
-        script(fake, turns)
+        script(fake, turns, latency)
         # Bytecode caches as an installed package has them (written by the first run).
         env.pop("PYTHONDONTWRITEBYTECODE", None)
         env["PYTHONPYCACHEPREFIX"] = os.path.join(PYCACHE, os.path.basename(repo.rstrip("/")))
@@ -122,10 +126,10 @@ def run_once(provider, snapshots=True, turns=TURNS, repo=REPO, profile=None):
                 if first is not None and not first:
                     first.append(time.perf_counter())
                 chunks.append(data)
-        # The exit is taken from waitpid in its own thread: reading the pipes to their end
+        # The exit is taken from wait4 in its own thread: reading the pipes to their end
         # would time their closing, not the exit.
         threads = [threading.Thread(target=lambda: ended.append(
-                       (os.waitpid(proc.pid, 0), time.perf_counter()))),
+                       (os.wait4(proc.pid, 0), time.perf_counter()))),
                    threading.Thread(target=read, args=(proc.stdout, out, answered)),
                    threading.Thread(target=read, args=(proc.stderr, err))]
         for thread in threads:
@@ -134,7 +138,7 @@ def run_once(provider, snapshots=True, turns=TURNS, repo=REPO, profile=None):
             thread.join(600)
         proc.stdout.close()
         proc.stderr.close()
-        (_, status), exited = ended[0]
+        (_, status, usage), exited = ended[0]
         proc.returncode = os.waitstatus_to_exitcode(status)
         total = exited - started
         if proc.returncode != 0 or not answered:
@@ -151,6 +155,7 @@ def run_once(provider, snapshots=True, turns=TURNS, repo=REPO, profile=None):
     serial = [canonical_messages(body) for body in bodies]
     shares = [common_prefix_len(serial[i], serial[i + 1]) / len(serial[i]) for i in range(len(serial) - 1)]
     row = {"provider": provider, "turns": len(bodies), "total_s": round(total, 3),
+           "cpu_s": round(usage.ru_utime + usage.ru_stime, 3),
            "first_request_s": round(timings[0][0] - started, 3) if timings else None,
            "answer_exit_ms": round((exited - answered[0]) * 1000, 1),
            "fake_answer_exit_ms": round((exited - timings[-1][1]) * 1000, 1)}
@@ -164,7 +169,7 @@ def run_once(provider, snapshots=True, turns=TURNS, repo=REPO, profile=None):
     return row
 
 
-def measure(provider, runs=1, repos=(REPO,), profile=None):
+def measure(provider, runs=1, repos=(REPO,), profile=None, latency=0.0):
     """One row per checkout in `repos`: each figure the minimum over `runs` alternating runs of a
     20-turn and a 1-turn session (per_turn_ms from the two totals)."""
     samples = {repo: [] for repo in repos}
@@ -172,10 +177,12 @@ def measure(provider, runs=1, repos=(REPO,), profile=None):
         for index, repo in enumerate(repos):
             prof = (os.path.join(profile, f"{provider}-{index}-{number}.prof")
                     if profile else None)
-            long = run_once(provider, repo=repo, profile=prof)
-            short = run_once(provider, turns=1, repo=repo)
-            long["per_turn_ms"] = round((long["total_s"] - short["total_s"]) * 1000 / (TURNS - 1), 1)
+            long = run_once(provider, repo=repo, profile=prof, latency=latency)
+            short = run_once(provider, turns=1, repo=repo, latency=latency)
+            long["per_turn_ms"] = round((long["total_s"] - short["total_s"]) * 1000 / (TURNS - 1)
+                                        - latency * 1000, 1)
             long["one_turn_s"] = short["total_s"]
+            long["cpu_per_turn_ms"] = round((long["cpu_s"] - short["cpu_s"]) * 1000 / (TURNS - 1), 1)
             long["one_answer_exit_ms"] = short["answer_exit_ms"]
             long["one_fake_answer_exit_ms"] = short["fake_answer_exit_ms"]
             samples[repo].append(long)
@@ -187,13 +194,14 @@ def measure(provider, runs=1, repos=(REPO,), profile=None):
                 row[key] = min(sample[key] for sample in samples[repo])
         row["checkout"] = "this" if repo == REPO else repo
         row["runs"] = runs
+        row["latency_ms"] = round(latency * 1000)
         rows.append(row)
     return rows
 
 
 def print_table(rows):
-    columns = ("checkout", "provider", "runs", "turns", "total_s", "first_request_s",
-               "per_turn_ms", "first_step_ms", "later_gap_ms", "answer_exit_ms",
+    columns = ("checkout", "provider", "runs", "latency_ms", "turns", "total_s", "first_request_s",
+               "per_turn_ms", "cpu_per_turn_ms", "first_step_ms", "later_gap_ms", "answer_exit_ms",
                "one_answer_exit_ms", "fake_answer_exit_ms", "one_fake_answer_exit_ms", "turn_median_ms", "turn_max_ms", "fake_median_ms",
                "prefix_min", "prefix_mean", "last_request_bytes")
     rows = [{column: row.get(column, "") for column in columns} for row in rows]
@@ -212,6 +220,10 @@ def main(argv=None):
     parser.add_argument("--runs", type=int, default=1)
     parser.add_argument("--compare", metavar="DIR", help="another checkout, run alternately")
     parser.add_argument("--profile", metavar="DIR", help="cProfile output of each 20-turn run")
+    parser.add_argument("--latency", type=float, default=0.0, metavar="MS",
+                        help="the fake answers each request after MS ms, as a model takes time "
+                             "(the gaps exclude it, and per_turn_ms subtracts it: set-up started "
+                             "while a request is in flight shows)")
     parser.add_argument("providers", nargs="*")
     args = parser.parse_args(list(argv or ()))
     repos = (REPO, os.path.realpath(args.compare)) if args.compare else (REPO,)
@@ -222,7 +234,7 @@ def main(argv=None):
     for provider in args.providers or PROVIDERS:
         for repo in repos:   # writes the bytecode caches; unmeasured
             run_once(provider, turns=1, repo=repo)
-        rows += measure(provider, args.runs, repos, args.profile)
+        rows += measure(provider, args.runs, repos, args.profile, args.latency / 1000)
     print_table(rows)
     return rows
 

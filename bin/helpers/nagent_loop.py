@@ -40,10 +40,14 @@ project tree is snapshotted at the turn's start, while its first model call runs
 and after each action that can change files; each user prompt record carries a `turn_id`
 naming the turn for them). The caller emits error and run_end. Nothing here prints but the
 initial context's warnings.
+While the run's first request is in flight, a thread imports what handling its reply needs
+(FIRST_STEP_MODULES), so the first step does not wait for those imports after the answer.
 """
+import importlib
 import json
 import os
 import sys
+import threading
 from dataclasses import dataclass, replace
 
 from nagent_accounting import TokenStats
@@ -59,6 +63,28 @@ from nagent_run_presence import deliver_inbox, late_messages, progress, register
 from nagent_run_records import (CONTINUATION_ATTRS, CONTINUE_TEXT, CUT_TEXT, failed_prompt,
                                 failure_marker, mode_note)
 from nagent_window import maybe_compact
+
+
+# What handling the first reply imports (parser, actions, shell, snapshots, the response hook):
+# loaded in a thread while the first request is in flight, not after its answer (the first
+# step of a run). Layers point one way (no import cycles), so the thread's imports cannot
+# deadlock against the run's own; one that fails is simply imported, and reported, again by the
+# code that needs it.
+FIRST_STEP_MODULES = ("nagent_protocol", "nagent_action_view", "nagent_actions", "nagent_shell",
+                      "nagent_run_snapshots", "nagent_hooks")
+
+
+def preload(names):
+    """Import `names` in a daemon thread; returns the thread."""
+    def load():
+        for name in names:
+            try:
+                importlib.import_module(name)
+            except Exception:   # noqa: BLE001 - the run imports it again and reports it
+                pass
+    thread = threading.Thread(target=load, name="nagent-preload", daemon=True)
+    thread.start()
+    return thread
 
 
 def _protocol():
@@ -133,12 +159,19 @@ def call_llm(run, purpose="reply"):
     import nagent_llm
     run.calls += 1
     progress(run, f"model call {run.calls}")
+    loading = None
     try:
         client = run.provider_client()
+        if run.snapshots is None:   # the run's first model call
+            loading = preload(FIRST_STEP_MODULES)
         turn_snapshots(run).model_call()   # the turn's first snapshot runs while the model works
-        result = nagent_llm.generate(request, session.settings, on_retry=on_retry,
-                                     client=client,
-                                     on_text=deltas.feed if deltas else None)
+        try:
+            result = nagent_llm.generate(request, session.settings, on_retry=on_retry,
+                                         client=client,
+                                         on_text=deltas.feed if deltas else None)
+        finally:   # done before any action can fork a child (a thread mid-import must not be)
+            if loading is not None:
+                loading.join()
     except ProviderError as error:
         run.append("error", error.line(), {"status": str(error.status or error.error_type)})
         run.count_spent(error, purpose)

@@ -65,17 +65,21 @@ def _messages(request, api):
 
 
 def _options(request, settings):
-    """(create() keyword arguments, api) for this request."""
+    """(create() keyword arguments, api) for this request. The conversation goes to the SDK as
+    `extra_body`, which it sends as given: as a create() argument it would first walk every
+    message through its type-driven transform, about 0.13 ms of CPU per message on every call
+    (8 ms at 60 messages, growing with the conversation), for plain role/content dicts that it
+    leaves as they are. The JSON body is the same either way (tests/test_run_ends.py)."""
     row = settings.provider
     max_tokens = request.max_output_tokens or settings.llm.max_output_tokens
     if row.api == "chat":
-        options = {"model": settings.model, "messages": _messages(request, "chat"),
-                   "max_tokens": max_tokens}
+        options = {"model": settings.model, "messages": [], "max_tokens": max_tokens,
+                   "extra_body": {"messages": _messages(request, "chat")}}
         if request.stop:
             options["stop"] = list(request.stop[: row.max_stop_sequences or 4])
         return options, "chat"
-    options = {"model": settings.model, "input": _messages(request, "responses"),
-               "max_output_tokens": max_tokens, "store": False}
+    options = {"model": settings.model, "max_output_tokens": max_tokens, "store": False,
+               "extra_body": {"input": _messages(request, "responses")}}
     if request.cache_key:
         options["prompt_cache_key"] = request.cache_key
     return options, "responses"

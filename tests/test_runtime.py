@@ -1,6 +1,6 @@
-"""The ends of a run (issue 25): the process ends as soon as its answer is out
-(nagent_cli.exit_now), with nothing it wrote lost; set-up started while the first request is in
-flight is still reported when it fails.
+"""Run-time costs of a run (issue 25), kept as behaviour: the process ends as soon as its answer
+is out (nagent_cli.exit_now) with nothing it wrote lost; the OpenAI adapter hands the
+conversation to the SDK untransformed, with the same JSON body on the wire.
 """
 import os
 import subprocess
@@ -8,8 +8,10 @@ import sys
 import textwrap
 
 from base import HELPERS, HermeticTestCase
-from fakes import FakeVendor
+from fakes import FakeVendor, FakeVendorTestCase
 import nagent_conversation
+import nagent_llm
+from nagent_config import resolve_settings
 
 
 def run_snippet(test, code, **kwargs):
@@ -144,3 +146,50 @@ class ForkedToolExitTest(HermeticTestCase):
             self.assertIn("nagent", handle.read())
         with open(marker) as handle:
             self.assertEqual(handle.read().split(), [parent])
+
+
+class OpenAIBodyTest(FakeVendorTestCase):
+    """The conversation goes to the SDK as extra_body (no per-message transform): the body on
+    the wire is the one the SDK builds from create(input=..., messages=...)."""
+
+    def settings(self, provider, **config):
+        self.write_config(dict({"retry": {"base_delay": 0, "max_delay": 0}}, **config))
+        return resolve_settings({"provider": provider}, self.env)
+
+    def request(self):
+        return nagent_llm.Request(
+            messages=(nagent_llm.Message("user", ("static context", "first prompt")),
+                      nagent_llm.Message("assistant", ("<nagent-shell>ls</nagent-shell>",)),
+                      nagent_llm.Message("user", ("result \u00e9\u4e2d",))),
+            stop=("\n<system>",), cache_key="conv-key")
+
+    def bodies(self, settings, direct):
+        self.fake.reply("ok")
+        self.fake.reply("ok")
+        nagent_llm.generate(self.request(), settings, sleep=lambda s: None)
+        client = nagent_llm.make_client(settings)
+        with self.patched_environ():
+            direct(client)
+        return [record["json"] for record in self.fake.requests[-2:]]
+
+    def test_responses_body_unchanged(self):
+        settings = self.settings("openai")
+        ours, theirs = self.bodies(settings, lambda client: list(client.responses.create(
+            stream=True, model=settings.model, input=[
+                {"role": "user", "content": "static context\n\nfirst prompt"},
+                {"role": "assistant", "content": "<nagent-shell>ls</nagent-shell>"},
+                {"role": "user", "content": "result \u00e9\u4e2d"}],
+            max_output_tokens=settings.llm.max_output_tokens, store=False,
+            prompt_cache_key="conv-key")))
+        self.assertEqual(ours, theirs)
+
+    def test_chat_body_unchanged(self):
+        settings = self.settings("local", providers={"local": {
+            "base_url": self.fake.url + "/v1", "model": "qwen3"}})
+        ours, theirs = self.bodies(settings, lambda client: list(client.chat.completions.create(
+            stream=True, stream_options={"include_usage": True}, model="qwen3", messages=[
+                {"role": "user", "content": "static context\n\nfirst prompt"},
+                {"role": "assistant", "content": "<nagent-shell>ls</nagent-shell>"},
+                {"role": "user", "content": "result \u00e9\u4e2d"}],
+            max_tokens=settings.llm.max_output_tokens, stop=["\n<system>"])))
+        self.assertEqual(ours, theirs)
