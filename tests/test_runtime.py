@@ -193,3 +193,39 @@ class OpenAIBodyTest(FakeVendorTestCase):
                 {"role": "user", "content": "result \u00e9\u4e2d"}],
             max_tokens=settings.llm.max_output_tokens, stop=["\n<system>"])))
         self.assertEqual(ours, theirs)
+
+
+class OpenAIStreamReadTest(FakeVendorTestCase):
+    """Responses streams are read as JSON server-sent events (nagent_provider_openai.sse_data),
+    not as the SDK's typed objects; what a stream says reads as it did through the SDK."""
+
+    def settings(self):
+        self.write_config({"retry": {"base_delay": 0, "max_delay": 0, "max_attempts": 1}})
+        return resolve_settings({"provider": "openai"}, self.env)
+
+    def test_event_data_framing(self):
+        from nagent_provider_openai import sse_data
+        lines = [": a comment", "event: one", "data: {\"a\":", "data:1}", "", "", "id: 7",
+                 "data: last"]
+        self.assertEqual(list(sse_data(iter(lines))), ['{"a":\n1}', "last"])
+
+    def test_error_payload_in_a_stream(self):
+        self.fake.fault(200, headers={"Content-Type": "text/event-stream"},
+                        body=b'data: {"error": {"message": "the model is overloaded", '
+                             b'"type": "server_error"}}\n\n')
+        with self.assertRaises(nagent_llm.ProviderError) as caught:
+            nagent_llm.generate(nagent_llm.text_request("hi"), self.settings(),
+                                sleep=lambda s: None)
+        self.assertIn("the model is overloaded", caught.exception.line())
+
+    def test_incomplete_reply_and_usage(self):
+        self.fake.reply("a partial answ", finish="length",
+                        usage={"input": 12, "cache_read": 4, "output": 3, "reasoning": 1})
+        deltas = []
+        result = nagent_llm.generate(nagent_llm.text_request("hi"), self.settings(),
+                                     sleep=lambda s: None, on_text=deltas.append)
+        self.assertEqual(("".join(deltas), result.text), ("a partial answ", "a partial answ"))
+        self.assertEqual((result.finish_reason, result.input_tokens, result.cache_read_tokens,
+                          result.output_tokens, result.reasoning_tokens),
+                         ("length", 16, 4, 4, 1))
+        self.assertTrue(result.streamed)
