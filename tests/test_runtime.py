@@ -195,19 +195,19 @@ class OpenAIBodyTest(FakeVendorTestCase):
         self.assertEqual(ours, theirs)
 
 
-class OpenAIStreamReadTest(FakeVendorTestCase):
-    """Responses streams are read as JSON server-sent events (nagent_provider_openai.sse_data),
-    not as the SDK's typed objects; what a stream says reads as it did through the SDK."""
+class StreamReadTest(FakeVendorTestCase):
+    """Streams are read as JSON server-sent events (nagent_llm.sse_events), not as the SDKs'
+    typed objects; what a stream says reads as it did through the SDK."""
 
-    def settings(self):
+    def settings(self, provider="openai"):
         self.write_config({"retry": {"base_delay": 0, "max_delay": 0, "max_attempts": 1}})
-        return resolve_settings({"provider": "openai"}, self.env)
+        return resolve_settings({"provider": provider}, self.env)
 
-    def test_event_data_framing(self):
-        from nagent_provider_openai import sse_data
+    def test_event_framing(self):
         lines = [": a comment", "event: one", "data: {\"a\":", "data:1}", "", "", "id: 7",
-                 "data: last"]
-        self.assertEqual(list(sse_data(iter(lines))), ['{"a":\n1}', "last"])
+                 "event:ping", "", "data: last"]
+        self.assertEqual(list(nagent_llm.sse_events(iter(lines))),
+                         [("one", '{"a":\n1}'), ("ping", ""), (None, "last")])
 
     def test_error_payload_in_a_stream(self):
         self.fake.fault(200, headers={"Content-Type": "text/event-stream"},
@@ -229,3 +229,26 @@ class OpenAIStreamReadTest(FakeVendorTestCase):
                           result.output_tokens, result.reasoning_tokens),
                          ("length", 16, 4, 4, 1))
         self.assertTrue(result.streamed)
+
+    def test_anthropic_error_event_in_a_stream(self):
+        self.fake.fault(200, headers={"Content-Type": "text/event-stream"},
+                        body=b'event: error\ndata: {"type": "error", "error": {"type": '
+                             b'"overloaded_error", "message": "Overloaded"}}\n\n')
+        with self.assertRaises(nagent_llm.ProviderError) as caught:
+            nagent_llm.generate(nagent_llm.text_request("hi"), self.settings("anthropic"),
+                                sleep=lambda s: None)
+        self.assertIn("Overloaded", caught.exception.line())
+        self.assertEqual(caught.exception.status, 200)
+
+    def test_anthropic_stop_sequence_and_usage(self):
+        self.fake.reply("partial", finish="stop_sequence",
+                        usage={"input": 5, "cache_read": 100, "cache_write": 20, "output": 1})
+        deltas = []
+        request = nagent_llm.Request(messages=(nagent_llm.Message("user", ("hi",)),),
+                                     stop=("\n<system>",))
+        result = nagent_llm.generate(request, self.settings("anthropic"), sleep=lambda s: None,
+                                     on_text=deltas.append)
+        self.assertEqual(("".join(deltas), result.text), ("partial", "partial"))
+        self.assertEqual((result.finish_reason, result.stop_sequence, result.input_tokens,
+                          result.cache_read_tokens, result.cache_write_tokens),
+                         ("stop_sequence", "\n<system>", 125, 100, 20))

@@ -4,8 +4,8 @@ endpoints (rows with api == "chat": ollama, vllm, lmstudio, llama-cpp, openroute
 Data contract: `make_client(settings, key)`, `call(client, request, settings) -> dict` (text,
 model, usage fields, finish_reason, stop_sequence), `stream(client, request, settings, on_text)
 -> the same dict` (text deltas handed to on_text as they arrive: Responses stream events, read
-as JSON from the raw stream (`sse_data(lines)` yields each server-sent event's data), or Chat
-Completions chunks with the usage chunk requested), `classify(error, settings) ->
+as JSON from the raw stream (nagent_llm.sse_events), or Chat Completions chunks with the usage
+chunk requested), `classify(error, settings) ->
 ProviderError | None`, `list_models(client, settings) -> [names]`. The SDK is imported inside
 these calls.
 OpenAI reports cached prompt tokens in *_tokens_details.cached_tokens (cache writes are not
@@ -15,8 +15,8 @@ import base64
 import json
 
 from nagent_llm import (MalformedResponse, base_url_for, is_malformed, malformed_error,
-                        network_error, read_reply, require_package, status_error, stream_cut,
-                        transport_problem)
+                        network_error, read_reply, require_package, sse_events, status_error,
+                        stream_cut, transport_problem)
 
 
 def make_client(settings, key):
@@ -101,12 +101,10 @@ def stream(client, request, settings, on_text):
         return _stream_chat(client, options, settings, on_text)
     import openai
     final, seen = None, 0
-    # The events are read as JSON, not as the SDK's typed objects: those are built on the first
-    # reply of a process (0.1-0.3 s of CPU between the answer and the first action) and cost
-    # about 3 ms a call after that. The request, its retries and its errors stay the SDK's.
+    # Read as JSON (nagent_llm.sse_events); the request, its retries and errors stay the SDK's.
     response = client.responses.with_raw_response.create(stream=True, **options).http_response
     try:
-        for data in sse_data(response.iter_lines()):
+        for _, data in sse_events(response.iter_lines()):
             if data.startswith("[DONE]"):
                 break
             event = json.loads(data)
@@ -131,22 +129,6 @@ def stream(client, request, settings, on_text):
     if final is None:
         raise stream_cut(settings.provider.name, seen)
     return read_reply(_responses_result, final)
-
-
-def sse_data(lines):
-    """The data of each server-sent event, from the stream's lines: `data:` lines joined by
-    newlines, a blank line ending the event, comments (`:`) and other fields skipped."""
-    data = []
-    for line in lines:
-        if not line:
-            if data:
-                yield "\n".join(data)
-            data = []
-        elif line.startswith("data:"):
-            value = line[5:]
-            data.append(value[1:] if value.startswith(" ") else value)
-    if data:
-        yield "\n".join(data)
 
 
 def _stream_failure(event, name):
