@@ -8,7 +8,7 @@ import sys
 import textwrap
 
 from base import HELPERS, HermeticTestCase
-from fakes import FakeVendor, FakeVendorTestCase
+from fakes import FakeVendorTestCase
 import nagent_conversation
 import nagent_llm
 from nagent_config import resolve_settings
@@ -94,14 +94,11 @@ class ExitNowTest(HermeticTestCase):
         self.assertEqual(proc.returncode, 120)
 
 
-class AnswerThenExitTest(HermeticTestCase):
+class AnswerThenExitTest(FakeVendorTestCase):
     """A one-shot run that ends at once after its answer leaves the whole conversation."""
 
     def setUp(self):
         super().setUp()
-        self.fake = FakeVendor().start()
-        self.addCleanup(self.fake.stop)
-        self.env.update(self.fake.env())
         self.write_config({"provider": "openai", "retry": {"base_delay": 0, "max_delay": 0}})
 
     def test_conversation_complete_at_exit(self):
