@@ -44,6 +44,19 @@ class ExitNowTest(HermeticTestCase):
         self.assertEqual(proc.stdout, "answer\natexit ran\n")
         self.assertEqual(proc.stderr, "note")
 
+    def test_a_profiler_keeps_the_ordinary_exit(self):
+        """Under cProfile (benchmarks/turns.py --profile) the profile is written at the end."""
+        proc = run_snippet(self, """
+            import cProfile, sys
+            import nagent_cli
+            profile = cProfile.Profile()
+            profile.enable()
+            code = nagent_cli.exit_now(4)
+            profile.disable()
+            print("returned", code)
+        """)
+        self.assertEqual(proc.stdout, "returned 4\n")
+
     def test_waits_for_a_running_thread_by_returning(self):
         """A non-daemon thread still working: exit_now leaves the exit to the interpreter,
         which waits for it, so what the thread writes is not cut off."""

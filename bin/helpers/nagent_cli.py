@@ -21,8 +21,9 @@ Data contract:
   stderr, runs the atexit functions, and ends the process with `code` (os._exit), skipping the
   interpreter's teardown (0.3-0.5 s of freeing every module's objects once a provider SDK is
   loaded; it keeps no data). It returns `code` for the ordinary exit instead when a stream
-  cannot be flushed (a closed pipe: the interpreter reports it as it always did) or a
-  non-daemon thread is still running (the ordinary exit waits for it).
+  cannot be flushed (a closed pipe: the interpreter reports it as it always did), a
+  non-daemon thread is still running (the ordinary exit waits for it), or a profiler or tracer
+  is on (it writes its data at the ordinary exit).
 - `output_mode(options)` -> "text" | "json" | "events" from parsed options (both: UsageError).
 - `add_output_flags(parser)`: --json, --events, --output-format, -q/--quiet, -v/--verbose,
   --stream/--no-stream (see nagent_output for what they choose).
@@ -75,6 +76,8 @@ def exit_now(code):
     """End the process with `code` now; see the module's contract. Every record of a run is
     already in its file (one os.write each, the same as at an ordinary exit), and the run's
     files are closed by then: what is skipped only frees memory."""
+    if sys.getprofile() is not None or sys.gettrace() is not None:
+        return code   # a profiler or a tracer (cProfile, coverage) writes its data at the end
     current = threading.current_thread()
     if any(thread is not current and not thread.daemon and thread.is_alive()
            for thread in threading.enumerate()):
