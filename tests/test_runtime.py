@@ -262,3 +262,19 @@ class StreamReadTest(FakeVendorTestCase):
         self.assertEqual((result.finish_reason, result.stop_sequence, result.input_tokens,
                           result.cache_read_tokens, result.cache_write_tokens),
                          ("stop_sequence", "\n<system>", 125, 100, 20))
+
+
+class PreloadTest(HermeticTestCase):
+    def test_a_failed_background_import_is_reported_by_the_code_that_needs_it(self):
+        import importlib
+        import nagent_loop
+        folder = os.path.join(self.tmp, "mods")
+        os.makedirs(folder)
+        with open(os.path.join(folder, "nagent_rt_broken.py"), "w") as handle:
+            handle.write("raise RuntimeError('broken on import')\n")
+        sys.path.insert(0, folder)
+        self.addCleanup(sys.path.remove, folder)
+        self.addCleanup(sys.modules.pop, "nagent_rt_broken", None)
+        nagent_loop.preload(("nagent_rt_broken", "json")).join()   # nothing raised here
+        with self.assertRaisesRegex(RuntimeError, "broken on import"):
+            importlib.import_module("nagent_rt_broken")

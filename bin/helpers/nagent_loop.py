@@ -40,8 +40,9 @@ project tree is snapshotted at the turn's start, while its first model call runs
 and after each action that can change files; each user prompt record carries a `turn_id`
 naming the turn for them). The caller emits error and run_end. Nothing here prints but the
 initial context's warnings.
-While the run's first request is in flight, a thread imports what handling its reply needs
-(FIRST_STEP_MODULES), so the first step does not wait for those imports after the answer.
+Once the run's first reply starts to arrive (its first text: the request is out, and the model is
+still writing), a thread imports what handling the reply needs (FIRST_STEP_MODULES), so the
+first step does not wait for those imports after the answer.
 """
 import importlib
 import json
@@ -159,19 +160,22 @@ def call_llm(run, purpose="reply"):
     import nagent_llm
     run.calls += 1
     progress(run, f"model call {run.calls}")
-    loading = None
+    first_call, loading = run.snapshots is None, []
+
+    def on_text(text):
+        if first_call and not loading:   # the request is out and the model is answering
+            loading.append(preload(FIRST_STEP_MODULES))
+        if deltas:
+            deltas.feed(text)
     try:
         client = run.provider_client()
-        if run.snapshots is None:   # the run's first model call
-            loading = preload(FIRST_STEP_MODULES)
         turn_snapshots(run).model_call()   # the turn's first snapshot runs while the model works
         try:
             result = nagent_llm.generate(request, session.settings, on_retry=on_retry,
-                                         client=client,
-                                         on_text=deltas.feed if deltas else None)
+                                         client=client, on_text=on_text)
         finally:   # done before any action can fork a child (a thread mid-import must not be)
-            if loading is not None:
-                loading.join()
+            for thread in loading:
+                thread.join()
     except ProviderError as error:
         run.append("error", error.line(), {"status": str(error.status or error.error_type)})
         run.count_spent(error, purpose)
