@@ -44,18 +44,16 @@ Once the run's first reply starts to arrive (its first text: the request is out,
 still writing), a thread imports what handling the reply needs (FIRST_STEP_MODULES), so the
 first step does not wait for those imports after the answer.
 """
-import importlib
 import json
 import os
 import sys
-import threading
 from dataclasses import dataclass, replace
 
 from nagent_accounting import TokenStats
 from nagent_conversation import ConversationWriter, utc_now
 from nagent_errors import (EXIT_CODES, BudgetError, ExitSignal, LimitError, NagentError,
                            ProtocolFailure, ProviderError, UsageError)
-from nagent_loop_actions import process_tags, repeated_too_often
+from nagent_loop_actions import FIRST_STEP_MODULES, preload, process_tags, repeated_too_often
 from nagent_procs import exit_signals
 from nagent_project_conversations import new_origin, origin_in, record_use
 from nagent_requests import build_request
@@ -64,28 +62,6 @@ from nagent_run_presence import deliver_inbox, late_messages, progress, register
 from nagent_run_records import (CONTINUATION_ATTRS, CONTINUE_TEXT, CUT_TEXT, failed_prompt,
                                 failure_marker, mode_note)
 from nagent_window import maybe_compact
-
-
-# What handling the first reply imports (parser, actions, shell, snapshots, the response hook):
-# loaded in a thread while the first request is in flight, not after its answer (the first
-# step of a run). Layers point one way (no import cycles), so the thread's imports cannot
-# deadlock against the run's own; one that fails is simply imported, and reported, again by the
-# code that needs it.
-FIRST_STEP_MODULES = ("nagent_protocol", "nagent_action_view", "nagent_actions", "nagent_shell",
-                      "nagent_run_snapshots", "nagent_hooks")
-
-
-def preload(names):
-    """Import `names` in a daemon thread; returns the thread."""
-    def load():
-        for name in names:
-            try:
-                importlib.import_module(name)
-            except Exception:   # noqa: BLE001 - the run imports it again and reports it
-                pass
-    thread = threading.Thread(target=load, name="nagent-preload", daemon=True)
-    thread.start()
-    return thread
 
 
 def _protocol():
