@@ -11,11 +11,13 @@ uses nothing of this process's running state: new sys.stdin/stdout/stderr
 objects over its own fds (another thread may hold the old objects' locks at the fork), the
 signal handlers Python starts with, the temp directory looked up again, this process's objects
 frozen out of garbage collection (no finalizer of ours runs in it), and it ends with os._exit
-after flushing its streams (none of our atexit functions run). A tool that raises SystemExit
+after flushing its streams (none of our atexit functions run: the child starts with none, so a
+tool that ends with nagent_cli.exit_now runs only its own). A tool that raises SystemExit
 exits with its code; an uncaught error prints its traceback and exits 1.
 `Forked`: pid, returncode, poll(), wait(timeout=None) (subprocess.TimeoutExpired), send_signal,
 kill: what nagent_agents and nagent_procs use of a subprocess.Popen.
 """
+import atexit
 import gc
 import importlib
 import os
@@ -105,6 +107,7 @@ def _die_with(parent):
 
 def _child(module, name, args, env, cwd, files, parent):
     gc.freeze()
+    atexit._clear()
     for fd, handle in enumerate(files):
         os.dup2(handle.fileno(), fd)
     for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE):

@@ -40,6 +40,9 @@ project tree is snapshotted at the turn's start, while its first model call runs
 and after each action that can change files; each user prompt record carries a `turn_id`
 naming the turn for them). The caller emits error and run_end. Nothing here prints but the
 initial context's warnings.
+Once the run's first reply starts to arrive (its first text: the request is out, and the model is
+still writing), a thread imports what handling the reply needs (FIRST_STEP_MODULES), so the
+first step does not wait for those imports after the answer.
 """
 import json
 import os
@@ -50,7 +53,7 @@ from nagent_accounting import TokenStats
 from nagent_conversation import ConversationWriter, utc_now
 from nagent_errors import (EXIT_CODES, BudgetError, ExitSignal, LimitError, NagentError,
                            ProtocolFailure, ProviderError, UsageError)
-from nagent_loop_actions import process_tags, repeated_too_often
+from nagent_loop_actions import FIRST_STEP_MODULES, preload, process_tags, repeated_too_often
 from nagent_procs import exit_signals
 from nagent_project_conversations import new_origin, origin_in, record_use
 from nagent_requests import build_request
@@ -133,12 +136,22 @@ def call_llm(run, purpose="reply"):
     import nagent_llm
     run.calls += 1
     progress(run, f"model call {run.calls}")
+    first_call, loading = run.snapshots is None, []
+
+    def on_text(text):
+        if first_call and not loading:   # the request is out and the model is answering
+            loading.append(preload(FIRST_STEP_MODULES))
+        if deltas:
+            deltas.feed(text)
     try:
         client = run.provider_client()
         turn_snapshots(run).model_call()   # the turn's first snapshot runs while the model works
-        result = nagent_llm.generate(request, session.settings, on_retry=on_retry,
-                                     client=client,
-                                     on_text=deltas.feed if deltas else None)
+        try:
+            result = nagent_llm.generate(request, session.settings, on_retry=on_retry,
+                                         client=client, on_text=on_text)
+        finally:   # done before any action can fork a child (a thread mid-import must not be)
+            for thread in loading:
+                thread.join()
     except ProviderError as error:
         run.append("error", error.line(), {"status": str(error.status or error.error_type)})
         run.count_spent(error, purpose)

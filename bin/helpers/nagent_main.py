@@ -13,7 +13,7 @@ with --events an "error" and a "run_end" line), for the console script and the b
 import sys
 import time
 
-from nagent_cli import ALL_EXITS, early_exit, run_main
+from nagent_cli import ALL_EXITS, early_exit, exit_now, run_main
 
 PROG = "nagent"
 DESCRIPTION = "Main agent loop: run a prompt against the conversation file for this shell (nagent \"prompt\")."
@@ -178,8 +178,11 @@ def json_document(error):
 
 
 def run():
+    """main under the shared error convention; the process ends as soon as the answer is out
+    (nagent_cli.exit_now), without waiting for the interpreter's teardown."""
     started = time.monotonic()
-    return run_main(lambda argv: main(argv, started), json_document=json_document, events=True)
+    return exit_now(run_main(lambda argv: main(argv, started), json_document=json_document,
+                             events=True))
 
 
 if __name__ == "__main__":
