@@ -41,7 +41,10 @@ from nagent_config_schema import (DEFAULT, ENV_FILE, FIXED, FLAG, HOME_FILE, KEY
                                   SCHEMA, Key, Price, check_value, unknown_keys)
 from nagent_env_refs import lookup, whole_reference
 from nagent_errors import ConfigError, SetupError
-from nagent_providers import BUILTIN_PROVIDERS, find_row
+from nagent_mcp_config import parse_servers
+from nagent_paths import config_file, nagent_home
+from nagent_permissions import check_rules
+from nagent_providers import BUILTIN_PROVIDERS, builtin_row, find_row
 from nagent_secrets import key_names, secret_values
 
 
@@ -153,7 +156,6 @@ def config_layers(environ=None):
     """[(label, path)] of the files to read, highest first. NAGENT_CONFIG naming a missing file
     is a ConfigError: a typo there would otherwise silently run without the intended settings."""
     environ = os.environ if environ is None else environ
-    from nagent_paths import config_file, nagent_home
     home = os.path.join(nagent_home(environ), "config.json")
     layers = []
     explicit = config_file(environ)   # the same resolved file the write rules protect
@@ -220,6 +222,22 @@ def _lookup(data, key, path):
 
 
 # -- resolution ---------------------------------------------------------------------------
+def check_mcp_servers(value, name, warn):
+    return parse_servers(value) if value else ()
+
+
+def check_permissions(layers, name, warn):
+    return check_rules(layers, name, warn) if layers else ()
+
+
+# The checks of the structured rows the schema's table leaves to this module (see there).
+OWN_CHECKS = {"mcp_servers": check_mcp_servers, "permissions": check_permissions}
+
+
+def _check(key):
+    return key.check or OWN_CHECKS[key.name]
+
+
 def _resolve_map(key, layers, warnings):
     merged, where = {}, []
     for label, path, data in reversed(layers):
@@ -231,7 +249,7 @@ def _resolve_map(key, layers, warnings):
             where.insert(0, (label, path))
     name = key.name
     try:
-        typed = key.check(merged, name, lambda unknown: warnings.append(
+        typed = _check(key)(merged, name, lambda unknown: warnings.append(
             f"unknown config key {unknown} in {' and '.join(path for _, path in where)} (ignored)"))
     except ConfigError as error:
         files = " and ".join(path for _, path in where) or "defaults"
@@ -247,7 +265,7 @@ def _resolve_rules(key, layers, warnings):
         value = _lookup(data, key, path)
         if value is not None and value[1] is not None:
             found.append((label, path, value[1]))
-    typed = key.check([(path, value) for _, path, value in found], key.name, lambda unknown:
+    typed = _check(key)([(path, value) for _, path, value in found], key.name, lambda unknown:
                       warnings.append(f"unknown config key {unknown} (ignored)"))
     return typed, Source(found[0][0], found[0][1]) if found else Source(DEFAULT)
 
@@ -403,7 +421,6 @@ def describe_settings(settings):
     """[(name, value, source)] for every setting in effect, keys redacted: one row per schema
     key, the selected provider's key variables, and one row per configured provider entry and
     price override."""
-    from nagent_providers import builtin_row
     rows = []
     for key in SCHEMA:
         source = str(settings.source(key.name))

@@ -30,14 +30,17 @@ import termios
 import time
 
 import nagent_commands
+import nagent_resume
 import nagent_slash
 from nagent_cli import load_settings, redact, run_main
 from nagent_conversation_layout import is_state_name, selected_conversation, validate_name
 from nagent_conversation_tail import read_tail_summary
 from nagent_errors import NagentError, UsageError
+from nagent_lifecycle_commands import selected_path, status
 from nagent_line_editing import LineEditor, path_candidates
 from nagent_paths import conversations_dir
 from nagent_terminal_text import one_line
+from nagent_typeahead import Typeahead
 
 SOURCE = "interactive"
 MORE = "  … "
@@ -109,7 +112,6 @@ class Chat:
     # -- the prompt line -------------------------------------------------------------------
     def path(self, options):
         if options.get("file_edit"):
-            from nagent_lifecycle_commands import selected_path
             return selected_path(options, read_only=True)
         return selected_conversation(options, self.environ)[0]
 
@@ -162,7 +164,6 @@ class Chat:
         return run_main(lambda _argv: body(), [])
 
     def during(self, session, out):
-        from nagent_typeahead import Typeahead
         dumb = self.environ.get("TERM", "dumb") in ("", "dumb")   # no bracketed paste there
         self.typeahead = Typeahead(sys.stdin.fileno(), session.path, out.display,
                                    session.environ or self.environ, sys.stderr,
@@ -183,7 +184,6 @@ class Chat:
     def run_command(self, argv, cost=False):
         options = self.options(argv)
         if cost:
-            from nagent_lifecycle_commands import status
             text = status(options, load_settings(options, warn=False))[1]
             wanted = ("tokens:", "cost:", "last run:")
             lines = [line for line in text.splitlines() if line.startswith(wanted)]
@@ -263,7 +263,6 @@ class Chat:
 
 def start(options, lifecycle, parser, pick=False):
     if pick:
-        import nagent_resume
         settings = load_settings(options)
         name = nagent_resume.choose(options, settings, input, sys.stdout)
         if name is None:

@@ -42,7 +42,7 @@ import random
 import time
 from dataclasses import asdict, dataclass, field, replace
 
-from nagent_config import api_key_for, resolve_settings
+from nagent_config import api_key_for, key_source, resolve_settings
 from nagent_errors import EXIT_CODES, ProviderError, SetupError
 from nagent_install import install_command
 from nagent_secrets import redact, redactable
@@ -276,7 +276,6 @@ def endpoint_url(settings):
 def explain(problem, settings):
     """`problem` worded for its user: a rejected key names the variable it came from, a network
     failure names the URL, and "after N attempts" joins the value without parentheses."""
-    from nagent_config import key_source
     status = getattr(problem, "status", None)
     provider = settings.provider.name
     if status == 401:

@@ -21,7 +21,9 @@ Data contract
   {error, value, fix, kind, exit_code}, and provider, model and conversation when known.
 """
 from nagent_cli import output_mode, spinner_allowed
+from nagent_display import Display
 from nagent_events import ActionLog, Events, JsonLines
+from nagent_stream import AnswerPrinter, stream_allowed
 from nagent_terminal_text import shown_on
 
 
@@ -53,7 +55,6 @@ def choose_output(options, settings, stdout, stderr, environ):
     sinks, display, printer = [], None, None
     on_terminal = _isatty(stderr)
     if not options.get("quiet") and (on_terminal or options.get("verbose")):
-        from nagent_display import Display
         color = on_terminal and not environ.get("NO_COLOR") and environ.get("TERM") != "dumb"
         animate = on_terminal and spinner_allowed(environ)
         display = Display(stderr, color=color, animate=animate,
@@ -62,7 +63,6 @@ def choose_output(options, settings, stdout, stderr, environ):
         sinks.append(display)
     wanted, terminal = options.get("stream"), _isatty(stdout)
     if mode == "text" and (terminal if wanted is None else wanted):
-        from nagent_stream import AnswerPrinter, stream_allowed
         if stream_allowed(settings):
             def write(text):
                 stdout.write(shown_on(text, terminal))
@@ -70,7 +70,6 @@ def choose_output(options, settings, stdout, stderr, environ):
             printer = AnswerPrinter(write, display.note if display else None, display)
             sinks.append(printer)
     if mode == "events":
-        from nagent_stream import stream_allowed
         sinks.append(JsonLines(stdout, deltas=stream_allowed(settings)))
     log = ActionLog(settings.provider.name, settings.model)
     sinks.append(log)

@@ -11,6 +11,7 @@ import base64
 
 from nagent_llm import (base_url_for, is_malformed, malformed_error, network_error, read_reply,
                         require_package, status_error, stream_cut, transport_problem)
+from nagent_upload import read_text_attachment, unsupported
 
 MAX_BREAKPOINTS = 4
 
@@ -24,7 +25,6 @@ def make_client(settings, key):
 
 
 def attachment_blocks(attachments):
-    from nagent_upload import read_text_attachment, unsupported
     blocks = []
     for item in attachments:
         if item.category == "text":

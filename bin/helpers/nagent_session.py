@@ -63,6 +63,13 @@ class Session:
     def action_context(self):
         return self.make_action_context()
 
+    @cached_property
+    def actions(self):
+        """nagent_actions (process_action, process_agents), imported once a reply asks for an
+        action: the handlers and the file tools they import cost time before the first request."""
+        import nagent_actions
+        return nagent_actions
+
 
 def shell_policy(settings, read_only=()):
     """The ShellPolicy of `settings.shell`. The config schema checked every field (choices and
