@@ -17,7 +17,9 @@ Data contract:
   errors count too), the error is also one JSON object on stdout, `json_document(error)`
   (default: error.as_dict()); for a tool with `events`, --events (or --output-format
   stream-json) makes it an "error" and a "run_end" JSON line.
-- `output_mode(options)` -> "text" | "json" | "events" from parsed options (both: UsageError).
+- `output_mode(args)` -> "text" | "json" | "events" from a parsed command line (both:
+  UsageError). These helpers take a command line as argparse's namespace or dict, or as an
+  nagent_invocation.Invocation (`parsed_flags`): they are the command layer's own.
 - `add_output_flags(parser)`: --json, --events, --output-format, -q/--quiet, -v/--verbose,
   --stream/--no-stream (see nagent_output for what they choose).
 - `emit_json(data)` writes one JSON document to stdout (nothing else goes to stdout in
@@ -392,9 +394,18 @@ def add_output_flags(parser, events=True):
                         help="print the answer only once it is complete")
 
 
-def output_mode(options):
+def parsed_flags(args):
+    """The parsed command line as argparse's dict: from a dict, an argparse namespace or an
+    nagent_invocation.Invocation (its `options()`)."""
+    if isinstance(args, dict):
+        return args
+    return args.options() if hasattr(args, "options") else vars(args)
+
+
+def output_mode(args):
     """"text", "json" (--json, --output-format json) or "events" (--events, --output-format
-    stream-json) for parsed options (a dict); asking for both is a UsageError."""
+    stream-json) for a parsed command line (parsed_flags); asking for both is a UsageError."""
+    options = parsed_flags(args)
     form = options.get("output_format") or "text"
     json_mode = bool(options.get("json")) or form == "json"
     events = bool(options.get("events")) or form == "stream-json"
@@ -410,19 +421,26 @@ def add_provider_flags(parser):
 
 
 def provider_overrides(args):
-    """The setting flags given on the command line (an argparse namespace or a dict of them),
-    keyed by dest, for resolve_settings: only the ones given."""
+    """The setting flags given on the command line (parsed_flags), keyed by dest, for
+    resolve_settings: only the ones given."""
     from nagent_config_schema import SCHEMA
-    values = args if isinstance(args, dict) else vars(args)
+    values = parsed_flags(args)
     return {key.dest: values[key.dest] for key in SCHEMA
             if key.dest and values.get(key.dest) is not None}
+
+
+def config_checks():
+    """nagent_config_checks.CHECKS, loaded when a config file gives mcp_servers or permissions:
+    only then does a command pay for their parsers (--status stays light without them)."""
+    from nagent_config_checks import checks
+    return checks()
 
 
 def load_settings(args, environ=None, warn=True):
     """resolve_settings for a command's flags; its warnings (unknown config keys) go to stderr
     once, here, where the command resolves them."""
     from nagent_config import resolve_settings
-    settings = resolve_settings(provider_overrides(args), environ)
+    settings = resolve_settings(provider_overrides(args), environ, config_checks)
     if warn:
         for line in settings.warnings:
             sys.stderr.write(f"warning: {line}\n")

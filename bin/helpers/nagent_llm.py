@@ -42,7 +42,8 @@ import random
 import time
 from dataclasses import asdict, dataclass, field, replace
 
-from nagent_config import api_key_for, key_source, resolve_settings
+from nagent_config import api_key_for, key_source
+from nagent_config_checks import resolve_checked
 from nagent_errors import EXIT_CODES, ProviderError, SetupError
 from nagent_install import install_command
 from nagent_secrets import redact, redactable
@@ -446,7 +447,7 @@ def incomplete_exit_code(result):
 
 def generate_text(text, settings=None, client=None, on_text=None, on_retry=None, **options):
     """The smallest primitive: one text in, one Result out (streamed to `on_text` if given)."""
-    settings = resolve_settings() if settings is None else settings
+    settings = resolve_checked() if settings is None else settings
     return generate(text_request(text, **options), settings, client=client, on_text=on_text,
                     on_retry=on_retry)
 

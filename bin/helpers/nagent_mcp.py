@@ -19,7 +19,7 @@ reaches it unless its own `env` names it explicitly.
 import json
 
 import nagent_mcp_config as mcp_config
-from nagent_config import resolve_settings
+from nagent_config_checks import resolve_checked
 from nagent_errors import ConfigError, UsageError
 from nagent_mcp_client import McpCallError, call_tool, list_tools
 from nagent_mcp_render import error_message, render_result, tool_entry
@@ -27,7 +27,7 @@ from nagent_secrets import key_names, redact, scrubbed_env
 
 
 def _settings(environ):
-    return resolve_settings({}, environ)
+    return resolve_checked({}, environ)
 
 
 def server_base_env(settings, environ):
