@@ -2,8 +2,8 @@
 
 Data contract
 -------------
-`start(options, lifecycle, parser, pick=False) -> exit code`. `options` are the parsed flags of
-the command line that opened the session (no prompt words; the conversation already selected by
+`start(options, lifecycle, parser, pick=False) -> exit code`. `options` is the
+nagent_invocation.Invocation of the command line that opened the session (no prompt words; the conversation already selected by
 -c, --resume NAME or --conversation); `lifecycle` the names of nagent's lifecycle flags and
 `parser` nagent's argparse parser (both from nagent_main), so that every entry runs exactly what
 its command line runs:
@@ -36,6 +36,7 @@ from nagent_cli import load_settings, redact, run_main
 from nagent_conversation_layout import is_state_name, selected_conversation, validate_name
 from nagent_conversation_tail import read_tail_summary
 from nagent_errors import NagentError, UsageError
+from nagent_invocation import Invocation
 from nagent_lifecycle_commands import selected_path, status
 from nagent_line_editing import LineEditor, path_candidates
 from nagent_paths import conversations_dir
@@ -86,11 +87,10 @@ class Chat:
     def __init__(self, options, lifecycle, parser):
         self.parser = parser
         self.defaults = vars(self.parser.parse_args([]))
-        self.base = dict(options, prompt=[], new=False, resume=None)
-        self.base["continue"] = False
+        self.base = options.but(prompt=(), new=False, resume=None, continue_latest=False).options()
         self.lifecycle = lifecycle
         self.held = {}                       # flag -> value set by /model, /mode
-        self.pending_new = bool(options.get("new"))
+        self.pending_new = bool(options.new)
         self.environ = dict(os.environ)
         self.editor = LineEditor(self.environ, self.complete)
         self.loader = None
@@ -102,18 +102,18 @@ class Chat:
 
     # -- the options an entry runs with ---------------------------------------------------
     def options(self, argv=()):
-        """The session's options with `argv` (a command line's flags) parsed over them."""
+        """The session's Invocation with `argv` (a command line's flags) parsed over it."""
         held = [word for flag, value in self.held.items() for word in (flag, value)]
         given = vars(self.parser.parse_args([*held, *argv]))
         merged = dict(self.base)
         merged.update({key: value for key, value in given.items() if value != self.defaults.get(key)})
-        return merged
+        return Invocation.from_options(merged)
 
     # -- the prompt line -------------------------------------------------------------------
     def path(self, options):
-        if options.get("file_edit"):
+        if options.file_edit:
             return selected_path(options, read_only=True)
-        return selected_conversation(options, self.environ)[0]
+        return selected_conversation(options.selection, self.environ)[0]
 
     def prompt_line(self, settings=None):
         options = self.options()
@@ -130,7 +130,7 @@ class Chat:
         except NagentError:
             path, stats = None, {}
         cost = (stats.get("conversation") or {}).get("cost_usd") if stats else 0.0
-        name = os.path.basename(path) if path else os.path.basename(options.get("file_edit") or "?")
+        name = os.path.basename(path) if path else os.path.basename(options.file_edit or "?")
         money = "$?" if cost is None else f"${cost:.4f}"
         return f"{one_line(name, 40)} · {one_line(model, 40)} · {money} › "
 
@@ -171,9 +171,9 @@ class Chat:
         return self.typeahead
 
     def run_prompt(self, text, new=False):
-        options = self.options(["--new"] if new or self.pending_new else [])
+        options = self.options(["--new"] if new or self.pending_new else []).but(
+            started=time.monotonic())
         self.pending_new = False
-        options["started"] = time.monotonic()
         self.typeahead = None
         code = self.guarded(lambda: nagent_commands.run_prompt(
             options, typed=(text, SOURCE), during=self.during, warn=False))
@@ -189,7 +189,7 @@ class Chat:
             lines = [line for line in text.splitlines() if line.startswith(wanted)]
             sys.stdout.write("\n".join(lines or ["cost: $0.0000 (no model call yet)"]) + "\n")
             return 0
-        chosen = [name for name in self.lifecycle if options.get(name) not in (None, False)]
+        chosen = [name for name in self.lifecycle if options.given(name)]
         return nagent_commands.run_lifecycle(chosen, options)
 
     def slash(self, entry, name, words):
@@ -264,10 +264,10 @@ class Chat:
 def start(options, lifecycle, parser, pick=False):
     if pick:
         settings = load_settings(options)
-        name = nagent_resume.choose(options, settings, input, sys.stdout)
+        name = nagent_resume.choose(settings, input, sys.stdout)
         if name is None:
             return 0
-        options = dict(options, conversation=name, resume=None)
+        options = options.but(conversation=name, resume=None)
     chat = Chat(options, lifecycle, parser)
     settings = load_settings(chat.options(), warn=not pick)   # a bad config stops it here
     modules = (settings.provider.package, settings.provider.adapter) + RUN_MODULES
