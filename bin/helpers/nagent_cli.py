@@ -53,6 +53,8 @@ from nagent_errors import EXIT_CODES, ExitSignal, InputError, NagentError, Usage
 from nagent_install import reexec_under_run_python
 from nagent_secrets import SHELL_ACTION_VAR, make_undumpable
 from nagent_secrets import redact as redact_values
+from nagent_paths import current_cwd  # noqa: F401  (the commands' working directory)
+from nagent_terminal_text import spinner_allowed, terminal_columns  # noqa: F401
 
 
 def early_exit(argv, prog, text):
@@ -196,23 +198,11 @@ def read_prompt(words, stdin):
     return text, source
 
 
-def current_cwd():
-    try:
-        return os.getcwd()
-    except FileNotFoundError:
-        raise InputError("the current directory no longer exists", os.environ.get("PWD", "?"),
-                         "cd to an existing directory")
-
-
 def refuse_in_shell_action(tool, use, environ=None):
     environ = os.environ if environ is None else environ
     if environ.get(SHELL_ACTION_VAR):
         raise UsageError(f"{tool} does not run inside a nagent shell action", use,
                          "reply with that tag instead: nagent runs it with the session's key")
-
-
-def spinner_allowed(environ):
-    return environ.get("NAGENT_NO_SPINNER", "") in ("", "0")
 
 
 def spinner_enabled(stream=None):
@@ -272,20 +262,6 @@ class Spinner:
     def __exit__(self, *exc):
         self.stop()
         return False
-
-
-def terminal_columns():
-    """shutil.get_terminal_size().columns without importing shutil: $COLUMNS, the terminal, 80."""
-    try:
-        columns = int(os.environ.get("COLUMNS", "0"))
-    except ValueError:
-        columns = 0
-    if columns <= 0:
-        try:
-            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns
-        except (AttributeError, ValueError, OSError):
-            columns = 0
-    return columns or 80
 
 
 def argument_parser(**kwargs):

@@ -1,8 +1,8 @@
 """What `bin/nagent` does for a prompt or a lifecycle flag, as functions returning exit codes.
 
 Data contract: `run_prompt(options)` and `run_lifecycle(chosen, options)` take the parsed
-command line (`options`: a frozen nagent_invocation.Invocation), resolve the settings once (every command reads the config, so a
-malformed one is reported whatever the command), print the human or JSON output, and return
+command line (`options`: a frozen nagent_invocation.Invocation), resolve the settings once
+(every command reads the config, so a malformed one is reported whatever the command), print the human or JSON output, and return
 the exit code. The prompt comes from nagent_cli.read_prompt. Flags that only make sense
 together are checked first (`check_combinations`): --turn goes with --branch-conversation;
 --new (-n) goes with a prompt, never with --retry, a lifecycle flag or --file-edit. With --new,

@@ -2,8 +2,8 @@
 
 Data contract: `edit_conversation(path, instruction, settings, environ=None, cwd=None) -> (data,
 text)`.
-- `instruction_text(instruction, words)` is the instruction: --edit-conversation's text with the
-  prompt words appended (a trailing "-" appends stdin). `settings` are the edit session's: the
+- `instruction_text(instruction, extra)` is the instruction: --edit-conversation's text with
+  `extra` appended (the prompt words, stdin too after a trailing "-", read by the command). `settings` are the edit session's: the
   command resolves them with the flags of PASSED_OPTIONS (provider/model/timeout/max_calls/shell).
 - Steps: (1) under a brief lock on `path` (BusyError if a run holds it) take a snapshot of its
   complete records; (2) write it, encoded (below), to a fresh working copy
@@ -32,12 +32,10 @@ text)`.
 import os
 import re
 import stat
-import sys
 import tempfile
 
 import nagent_conversation_lifecycle as lifecycle
 import nagent_file_edit_lib as file_edit
-from nagent_cli import current_cwd, read_prompt
 from nagent_conversation_format import KINDS, encode_records, parse_records
 from nagent_conversation_layout import Selection
 from nagent_conversation_lock import conversation_lock
@@ -45,6 +43,7 @@ from nagent_conversation_tail import tail_state
 from nagent_errors import EXIT_CODES, InputError, NagentError, RefusedError, UsageError
 from nagent_fs import atomic_write, sha256_bytes
 from nagent_loop import run_agent_loop
+from nagent_paths import current_cwd
 from nagent_session import build_session
 from nagent_write_policy import scratch_root
 
@@ -86,10 +85,10 @@ form; it is decoded when the file is loaded back. A body line starting with a ba
 The file is validated before it replaces the conversation; an invalid file changes nothing."""
 
 
-def instruction_text(instruction, words):
+def instruction_text(instruction, extra=""):
     instruction = (instruction or "").strip()
-    if words:
-        extra = read_prompt(list(words), sys.stdin)[0].strip()
+    extra = (extra or "").strip()
+    if extra:
         instruction = f"{instruction} {extra}".strip() if instruction else extra
     if not instruction:
         raise UsageError("empty edit instruction", "", 'say what to change: nagent --edit-conversation '

@@ -8,6 +8,7 @@ destroy a file: --clear and --load archive the current one first. Queries (--sta
 --save-conversation) change nothing: a --file-edit target's conversation is only looked up.
 """
 import os
+import sys
 
 import nagent_conversation_lifecycle as lifecycle
 from nagent_conversation_layout import given_name, selected_pid
@@ -357,12 +358,13 @@ def summarize(options, settings):
 
 
 def edit_conversation(options, settings):
-    from nagent_cli import config_checks
+    from nagent_cli import config_checks, read_prompt
     from nagent_config import resolve_settings
     from nagent_conversation_edit import PASSED_OPTIONS, instruction_text
     from nagent_conversation_edit import edit_conversation as run_edit
     path = selected_path(options)
-    instruction = instruction_text(options.edit_conversation, list(options.prompt))
+    extra = read_prompt(list(options.prompt), sys.stdin)[0] if options.prompt else ""
+    instruction = instruction_text(options.edit_conversation, extra)
     # The edit session gets the provider, model, timeout, call and shell flags, no others.
     flags = {name: value for name, value in options.overrides.items() if name in PASSED_OPTIONS}
     return run_edit(path, instruction, resolve_settings(flags, dict(os.environ), config_checks))

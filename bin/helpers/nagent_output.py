@@ -23,11 +23,10 @@ Data contract
   error outside the loop (usage, config, setup, busy ...): response null, exit_code, error
   {error, value, fix, kind, exit_code}, and provider, model and conversation when known.
 """
-from nagent_cli import spinner_allowed
 from nagent_display import Display
 from nagent_events import ActionLog, Events, JsonLines
 from nagent_stream import AnswerPrinter, stream_allowed
-from nagent_terminal_text import shown_on
+from nagent_terminal_text import shown_on, spinner_allowed
 
 
 class Output:

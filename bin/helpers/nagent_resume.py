@@ -24,11 +24,11 @@ import os
 import time
 
 import nagent_project_conversations as projects
-from nagent_cli import current_cwd
 from nagent_conversation_layout import conversation_path, validate_name
 from nagent_conversation_lifecycle import HEAD_BYTES, first_prompt
 from nagent_conversation_tail import read_tail_summary
 from nagent_errors import InputError, UsageError
+from nagent_paths import current_cwd
 from nagent_project import find_project
 from nagent_terminal_text import one_line
 
