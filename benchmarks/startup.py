@@ -8,8 +8,11 @@ time (user + system of the child) are printed beside it. Target: every no-model 
 `python3 -c pass` (issue 25).
 
 Usage: python3 benchmarks/startup.py [--runs N] [--no-pyc] [--python PATH] [--importtime]
+                                    [--against DIR]
 (default 10 runs). --importtime also prints, per command, what `python3 -X importtime` counts:
-the modules imported, their summed self time, and the five costliest.
+the modules imported, their summed self time, and the five costliest. --against DIR runs the
+same commands of another checkout (e.g. `git archive BASE | tar -x -C DIR`) in the same
+alternation, for a before/after pair measured in one run: its rows follow, marked "(DIR)".
 --python runs the commands (and the baseline) with another interpreter, e.g. a system Python
 whose start-up is not slowed by site-packages .pth files; the model-call row is then skipped
 unless that interpreter has the openai SDK.
@@ -69,17 +72,20 @@ def sample(argv, env, cwd, expect=0):
     return wall, (usage.ru_utime + usage.ru_stime) * 1000
 
 
-def measure(argv, baseline, env, cwd, runs, warm=True, expect=0):
-    """Samples [(wall, CPU)] of `argv` and of the baseline, run alternately so that a change of
-    load on the machine hits both alike."""
+def measure(argv, baseline, env, cwd, runs, warm=True, expect=0, other=None):
+    """Samples [(wall, CPU)] of `argv`, of the baseline and of `other` (another checkout's argv,
+    or None), run alternately so that a change of load on the machine hits them alike."""
     if warm:  # compile and cache the bytecode once, as an install does
-        subprocess.run(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL, timeout=120)
-    own, base = [], []
+        for command in filter(None, (argv, other)):
+            subprocess.run(command, env=env, cwd=cwd, stdin=subprocess.DEVNULL,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120)
+    own, base, theirs = [], [], []
     for _ in range(runs):
         base.append(sample(baseline, env, cwd))
         own.append(sample(argv, env, cwd, expect))
-    return own, base
+        if other:
+            theirs.append(sample(other, env, cwd, expect))
+    return own, base, theirs
 
 
 def import_profile(argv, env, cwd):
@@ -103,6 +109,7 @@ def main(argv=None):
     cached = "--no-pyc" not in argv
     python = argv[argv.index("--python") + 1] if "--python" in argv else sys.executable
     profile = "--importtime" in argv
+    against = os.path.abspath(argv[argv.index("--against") + 1]) if "--against" in argv else None
     root, home, cwd, config = make_workspace("nagent-bench-startup-",
                                              {"retry": {"base_delay": 0, "max_delay": 0}})
     fake = FakeVendor().start()
@@ -130,15 +137,26 @@ def main(argv=None):
             path = os.path.join(BIN, tool)
             if not os.path.exists(path):
                 continue
-            own, base = measure([python, path, *args], baseline_argv, env, cwd, runs, warm=cached,
-                                expect=EXIT_CODES.get((tool, *args), 0))
+            other = os.path.join(against, "bin", tool) if against else None
+            other = [python, other, *args] if other and os.path.exists(other) else None
+            own, base, theirs = measure([python, path, *args], baseline_argv, env, cwd, runs,
+                                        warm=cached, expect=EXIT_CODES.get((tool, *args), 0),
+                                        other=other)
             bases.extend(base)
+            name = " ".join([tool, *args]).replace(question, "question.txt")
             row = figures(own, base)
-            row["command"] = " ".join([tool, *args]).replace(question, "question.txt")
+            row["command"] = name
             if profile:
                 row["modules"], row["import_ms"], row["costliest"] = import_profile(
                     [python, path, *args], env, cwd)
             rows.append(row)
+            if theirs:
+                row = figures(theirs, base)
+                row["command"] = f"{name} ({against})"
+                if profile:
+                    row["modules"], row["import_ms"], row["costliest"] = import_profile(
+                        other, env, cwd)
+                rows.append(row)
         rows.insert(0, dict(figures(bases, bases), command="python3 -c pass"))
     finally:
         fake.stop()
