@@ -46,6 +46,7 @@ import sys
 import time
 from dataclasses import dataclass
 
+import nagent_trust  # through the module: test_escapes races a swap right after its trust_status
 from nagent_context_layers import load_layers, render_layers, user_layer
 from nagent_discovery import default_bin_dirs, default_cache_path, discover_tools
 from nagent_errors import InputError, UsageError
@@ -54,7 +55,6 @@ from nagent_project import git_marker_dir, probe_project, run_git
 from nagent_protocol_grammar import GRAMMAR
 from nagent_skills import find_skills, skills_text
 from nagent_terminal_text import escape
-from nagent_trust import trust_status, trusted_copy
 from nagent_write_policy import temp_root_problem
 
 MODES = ("main", "file-edit")
@@ -307,7 +307,7 @@ def project_tools_text(project, environ, secret_names=None, sandbox="none"):
     trusted tool's --description runs from nagent's private copy of the trusted bytes, never
     from the project (whatever a command renames there meanwhile); under the shell sandbox not
     at all, since the project's tools are the sandbox's to run."""
-    status = trust_status(project, environ)
+    status = nagent_trust.trust_status(project, environ)
     if status.state == "none":
         return "", ()
     where = escape(status.bin_dir)
@@ -318,7 +318,7 @@ def project_tools_text(project, environ, secret_names=None, sandbox="none"):
         lines += [f"- {escape(os.path.join(status.bin_dir, name))}" for name in status.tools]
         return "\n".join(lines), ()
     if status.state == "trusted":
-        copy = trusted_copy(project, status.hash, environ)
+        copy = nagent_trust.trusted_copy(project, status.hash, environ)
         if copy is None:   # .nagent/bin changed between the check and the copy
             return _changed_tools(where, len(status.tools))
         tools = discover_tools([copy], default_cache_path(environ), environ=environ,
