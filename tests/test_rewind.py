@@ -22,6 +22,7 @@ from project_fixture import ProjectFixture
 from test_loop import NagentRunCase
 
 import nagent_snapshot_commands as commands
+from nagent_invocation import Invocation
 from nagent_config import resolve_settings
 from nagent_conversation import ConversationWriter, read_records
 from nagent_errors import RefusedError, UsageError
@@ -266,7 +267,7 @@ class LibraryCase(Helpers, ProjectFixture, HermeticTestCase):
         return store
 
     def command(self, name, cwd=None, **options):
-        options = dict({"conversation": self.CONVERSATION}, **options)
+        options = Invocation(**dict({"conversation": self.CONVERSATION}, **options))
         here = os.getcwd()
         with self.patched_environ():
             os.chdir(cwd or self.cwd)

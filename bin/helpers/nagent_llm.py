@@ -42,7 +42,8 @@ import random
 import time
 from dataclasses import asdict, dataclass, field, replace
 
-from nagent_config import api_key_for, resolve_settings
+from nagent_config import api_key_for, key_source
+from nagent_config_checks import resolve_checked
 from nagent_errors import EXIT_CODES, ProviderError, SetupError
 from nagent_install import install_command
 from nagent_secrets import redact, redactable
@@ -298,7 +299,6 @@ def endpoint_url(settings):
 def explain(problem, settings):
     """`problem` worded for its user: a rejected key names the variable it came from, a network
     failure names the URL, and "after N attempts" joins the value without parentheses."""
-    from nagent_config import key_source
     status = getattr(problem, "status", None)
     provider = settings.provider.name
     if status == 401:
@@ -469,7 +469,7 @@ def incomplete_exit_code(result):
 
 def generate_text(text, settings=None, client=None, on_text=None, on_retry=None, **options):
     """The smallest primitive: one text in, one Result out (streamed to `on_text` if given)."""
-    settings = resolve_settings() if settings is None else settings
+    settings = resolve_checked() if settings is None else settings
     return generate(text_request(text, **options), settings, client=client, on_text=on_text,
                     on_retry=on_retry)
 

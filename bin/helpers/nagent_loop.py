@@ -49,10 +49,13 @@ import os
 import sys
 from dataclasses import dataclass, replace
 
+import nagent_llm
+import nagent_protocol
 from nagent_accounting import TokenStats
 from nagent_conversation import ConversationWriter, utc_now
 from nagent_errors import (EXIT_CODES, BudgetError, ExitSignal, LimitError, NagentError,
                            ProtocolFailure, ProviderError, UsageError)
+from nagent_hooks import gate_response, refusal_view
 from nagent_loop_actions import FIRST_STEP_MODULES, preload, process_tags, repeated_too_often
 from nagent_procs import exit_signals
 from nagent_project_conversations import new_origin, origin_in, record_use
@@ -61,13 +64,13 @@ from nagent_run import DeltaRedactor, Run
 from nagent_run_presence import deliver_inbox, late_messages, progress, registered
 from nagent_run_records import (CONTINUATION_ATTRS, CONTINUE_TEXT, CUT_TEXT, failed_prompt,
                                 failure_marker, mode_note)
+from nagent_run_snapshots import RunSnapshots
 from nagent_window import maybe_compact
 
 
 def _protocol():
     """The parser and its text helpers, imported when the first reply is in: compiling its
     patterns is start-up cost the first request need not wait for."""
-    import nagent_protocol
     return nagent_protocol
 
 
@@ -133,7 +136,6 @@ def call_llm(run, purpose="reply"):
                  max_attempts=session.settings.retry.max_attempts, delay=round(delay, 3),
                  reason=retry_reason(problem), error=run.redact(problem.line()[len("Error: "):]))
 
-    import nagent_llm
     run.calls += 1
     progress(run, f"model call {run.calls}")
     first_call, loading = run.snapshots is None, []
@@ -250,7 +252,6 @@ def turn_snapshots(run):
     """The turn's snapshots (nagent_run_snapshots), made as its first model call goes out: their
     modules are not needed before the first request."""
     if run.snapshots is None:
-        from nagent_run_snapshots import RunSnapshots
         run.snapshots = RunSnapshots(run.session, run.emit, run.append, run.turn_id, run.prompts)
     return run.snapshots
 
@@ -422,7 +423,6 @@ def _loop(run, prompt, source):
                 run.emit("note", text=note)
         if not actions:
             final = _protocol().clean_user_output(responses[-1].body) if responses else ""
-            from nagent_hooks import gate_response, refusal_view  # needed once an answer is in
             gate = gate_response(run, final)  # the response hook, when one is configured
             if gate is None:
                 return answered(run, final, EXIT_CODES["ok"])

@@ -3,7 +3,9 @@ tags (or consecutive <nagent-file-edit> tags) as one concurrent batch, each resu
 announced.
 
 Data contract: `process_tags(run, actions)` runs `actions` (parsed, non-response) for the Run
-`run` (nagent_run): each action is announced (action_start), run through nagent_actions, its
+`run` (nagent_run): each action is announced (action_start), run through the session's
+handlers (`run.session.actions`: nagent_actions, which the session imports once a reply asks
+for an action, so that this module and the loop stay light before the first request), its
 outcome announced (action_end, then one file_change event per file it changed outside the temp
 roots: path, added, removed, the diff cut at EVENT_DIFF_LINES lines with a note, `truncated`,
 sha256 before and after) and recorded (hook record, result, continuation prompt, a nested
@@ -23,6 +25,7 @@ import time
 from dataclasses import replace
 
 from nagent_accounting import add_child
+from nagent_action_view import action_result, action_summary
 from nagent_file_change import capped
 from nagent_run_presence import progress
 
@@ -118,7 +121,6 @@ def shell_changes(run, entry_id, outcome):
 
 def summary_of(run, action):
     """An action's redacted one-line summary."""
-    from nagent_action_view import action_summary  # off start-up: needed once actions come
     return run.redact(action_summary(action))
 
 
@@ -130,7 +132,6 @@ def start_action(run, action, summary):
 
 
 def end_action(run, action, start, outcome, seconds):
-    from nagent_action_view import action_result
     view = action_result(action, outcome, seconds)
     view["outcome"] = run.redact(view["outcome"])
     run.emit("action_end", index=start[0], kind=action.kind, summary=start[1], **view)
@@ -144,7 +145,6 @@ def end_action(run, action, start, outcome, seconds):
 def process_tags(run, actions):
     """Run the actions in reply order, appending each result (and any continuation prompt); a
     batch of agents runs concurrently and is a barrier, its results appended in tag order."""
-    from nagent_actions import process_action
     for group in action_groups(actions):
         ctx = run.action_context(len(group))   # what is left of the budget, shared by the group
         if group[0].kind in BATCHED:
@@ -156,7 +156,7 @@ def process_tags(run, actions):
         start = start_action(run, action, summary)
         progress(run, f"{action.kind}: {start[1]}")
         began = time.monotonic()
-        outcome, more = process_action(action, ctx), 0
+        outcome, more = run.session.actions.process_action(action, ctx), 0
         if action.kind == "shell":
             outcome, more = shell_changes(run, snapshot, outcome)
         end_action(run, action, start, outcome, time.monotonic() - began)
@@ -170,7 +170,6 @@ def run_batch(run, group, ctx):
     announced in tag order, each result appended and announced in tag order; while they run, an
     "agents" event whenever the running children or what they do changes (the display's table
     of children)."""
-    from nagent_actions import process_agents
     summaries = [summary_of(run, action) for action in group]
     more = f" (and {len(group) - 1} more)" if len(group) > 1 else ""
     snapshot = snapshot_before(run, group[0], summaries[0] + more)
@@ -196,7 +195,7 @@ def run_batch(run, group, ctx):
             run.emit("agents", running=rows, total=len(group))
 
     try:
-        process_agents(group, ctx, ready, watch)
+        run.session.actions.process_agents(group, ctx, ready, watch)
     finally:
         run.emit("agents", running=[], total=len(group))
     snapshot_after(run, snapshot, results[0] if results else None)

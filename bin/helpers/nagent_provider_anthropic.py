@@ -14,6 +14,7 @@ import json
 from nagent_llm import (MalformedResponse, base_url_for, is_malformed, malformed_error,
                         network_error, read_reply, require_package, sse_events, status_error,
                         stream_cut, transport_problem)
+from nagent_upload import read_text_attachment, unsupported
 
 MAX_BREAKPOINTS = 4
 
@@ -27,7 +28,6 @@ def make_client(settings, key):
 
 
 def attachment_blocks(attachments):
-    from nagent_upload import read_text_attachment, unsupported
     blocks = []
     for item in attachments:
         if item.category == "text":

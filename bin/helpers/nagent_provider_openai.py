@@ -17,6 +17,7 @@ import json
 from nagent_llm import (MalformedResponse, base_url_for, is_malformed, malformed_error,
                         network_error, read_reply, require_package, sse_events, status_error,
                         stream_cut, transport_problem)
+from nagent_upload import read_text_attachment, unsupported
 
 
 def make_client(settings, key):
@@ -34,7 +35,6 @@ def _data_url(attachment):
 
 
 def attachment_parts(attachments, api):
-    from nagent_upload import read_text_attachment, unsupported
     parts = []
     for item in attachments:
         if item.category == "text":
