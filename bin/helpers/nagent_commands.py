@@ -83,7 +83,7 @@ def refuse_in_shell(chosen, options):
     for name in chosen:
         if name in MODEL_COMMANDS:
             refuse_in_shell_action("nagent", NESTED_TAGS)
-        elif name in SHELL_REFUSED and not (name == "rewind" and options.get("dry_run")):
+        elif name in SHELL_REFUSED and not (name == "rewind" and options.dry_run):
             refuse_in_shell_action("nagent --" + name.replace("_", "-"), SHELL_REFUSED[name],
                                    fix=USER_RUNS_IT)
 
