@@ -12,7 +12,9 @@ usage: mcp_server.py [--http] [--pollute] [--junk] [--exit-at-start] [--hostile]
 - --hostile: adds a tool whose name, description and enum values carry terminal controls
   (ESC, C1 CSI, CR, bidi override): HOSTILE_NAME, HOSTILE_DESCRIPTION.
 
-Tools: echo, describe_path, add, fail, sleep, image, blob, env, headers, crash.
+Tools: echo, describe_path, add, fail, sleep, image, blob, env, headers, crash, counter (state
+kept in the process: `counter(step)` says the count so far and the server's pid).
+Each start appends the server's pid to $MCP_TEST_STARTS, if set (tests count starts with it).
 """
 import os
 import sys
@@ -39,6 +41,7 @@ def build_server():
     from mcp.server.mcpserver.exceptions import ToolError
 
     server = MCPServer("nagent-test-server")
+    state = {"count": 0}
 
     @server.tool()
     def echo(text: str) -> str:
@@ -97,6 +100,12 @@ def build_server():
         return "\n".join(f"{name}={found.get(name, '<none>')}" for name in names)
 
     @server.tool()
+    def counter(step: int = 1) -> str:
+        """Add `step` to this server process's count; say the count and the process's pid."""
+        state["count"] += step
+        return f"count={state['count']} pid={os.getpid()}"
+
+    @server.tool()
     def crash() -> str:
         """Exit the server process in the middle of the call."""
         sys.stderr.write("test server: crashing on purpose\n")
@@ -127,7 +136,14 @@ def serve_http(server):
     anyio.run(lambda: uvicorn.Server(config).serve(sockets=[sock]))
 
 
+def record_start():
+    if os.environ.get("MCP_TEST_STARTS"):
+        with open(os.environ["MCP_TEST_STARTS"], "a") as handle:
+            handle.write(f"{os.getpid()}\n")
+
+
 def main(argv):
+    record_start()
     if "--exit-at-start" in argv:
         sys.stderr.write("test server: missing configuration file /nonexistent/settings.toml\n")
         return 3
