@@ -132,10 +132,14 @@ class LiveRunTest(ServerProcesses, NagentRunCase):
 
     @unittest.skipUnless(HAVE_BWRAP, "bwrap not installed")
     def test_a_sandboxed_shell_uses_the_run_servers_not_the_config(self):
+        # A stdio server gets what the sandboxed shell gets (the allowlist, plus shell.env's
+        # names), and what its entry names: ${VAR} there reads the run's own environment.
         with open(self.config_path, encoding="utf-8") as handle:
-            self.write_config(dict(json.load(handle), shell={"sandbox": "bwrap"}))
+            self.write_config(dict(json.load(handle), shell={"sandbox": "bwrap", "env": ["MCP_TEST_STARTS"]}))
         self.fake.reply(shell("nagent-mcp call test counter; nagent-mcp call test counter --json | head -c 300; "
-                              "echo; cat \"$NAGENT_CONFIG\" ~/.nagent/config.json; echo \"cat exit=$?\""))
+                              "echo; nagent-mcp call test env --args "
+                              "'{\"names\": [\"SERVICE_TOKEN\", \"MCP_TEST_LIVE\"]}'; "
+                              "cat \"$NAGENT_CONFIG\" ~/.nagent/config.json; echo \"cat exit=$?\""))
         self.fake.reply("<nagent-response>done</nagent-response>")
         proc = self.nagent("--json", "count in the sandbox")
         self.assertEqual(proc.returncode, 0, proc.stderr)
@@ -144,6 +148,7 @@ class LiveRunTest(ServerProcesses, NagentRunCase):
         self.addCleanup(self.kill_if_alive, pid)
         self.assertIn(f"count=1 pid={pid}", result)
         self.assertIn(f"count=2 pid={pid}", result)
+        self.assertIn("SERVICE_TOKEN=[redacted]\nMCP_TEST_LIVE=<unset>", result)
         self.assertIn("cat exit=1", result)                # the config stays out of the sandbox
         self.assertNotIn("mcp_servers", result)
         self.assertEqual(len(self.started()), 1)

@@ -18,8 +18,10 @@ Data contract:
 - The host (nagent_mcp_host) is started by the accept thread on the first vetted connection (and
   again if it died), in a session of its own, in the run's working directory, with the shell
   actions' scrubbed environment (nagent_secrets.scrubbed_env: no provider key), and handed the
-  bootstrap: the settings' server specs and the session's MCP deny rules (the driver's records,
-  read when the session started). PR_SET_PDEATHSIG ties it to that thread, which lives as long
+  bootstrap: the settings' server specs, the session's MCP deny rules (the driver's records,
+  read when the session started) and the environment a stdio server starts with: what the
+  run's shell commands get (`host_setup`), so under bwrap no variable reaches a server that the
+  sandbox would not pass, unless the server's entry names it. PR_SET_PDEATHSIG ties it to that thread, which lives as long
   as the channel: if the driver dies, even by SIGKILL, the host gets SIGTERM and stops its
   servers.
 - `close()`: stops accepting, ends the host's process tree (SIGTERM, HOST_GRACE seconds, then
@@ -45,6 +47,7 @@ from nagent_instances import run_dir
 from nagent_mcp_wire import CHANNEL_VAR, MAX_REQUEST, ChannelError, encode
 from nagent_pids import proc_stat, session_of, start_ticks
 from nagent_procs import end_process_tree, kill_tree, process_tree
+from nagent_sandbox import sandbox_env
 from nagent_secrets import scrubbed_env
 
 HOST_GRACE = 3.0
@@ -63,13 +66,19 @@ def run_channel(session):
 
 
 def host_setup(session):
-    """(environment, working directory, bootstrap) of the run's host, from the driver's records."""
+    """(environment, working directory, bootstrap) of the run's host, from the driver's records:
+    `${VAR}` reads the shell actions' scrubbed environment (the host's own), a stdio server
+    starts with what the run's shell commands get (inside bwrap only its allowlist) plus the
+    `env` its entry names."""
     ctx = session.action_context
     rules = ctx.policy.rules if ctx.policy is not None else tuple(session.settings.permissions)
     deny = [{"name": rule.name, "pattern": rule.pattern, "source": rule.source, "index": rule.index}
             for rule in rules if rule.target == "mcp" and rule.decision == "deny"]
     servers = [dataclasses.asdict(spec) for spec in session.settings.mcp_servers]
-    return scrubbed_env(ctx.environ, ctx.secret_names), ctx.cwd, {"servers": servers, "deny": deny}
+    environ = scrubbed_env(ctx.environ, ctx.secret_names)
+    sandboxed = ctx.shell_policy is not None and ctx.shell_policy.sandbox == "bwrap"
+    base = sandbox_env(ctx.environ, ctx.shell_policy, ctx.secret_names) if sandboxed else environ
+    return environ, ctx.cwd, {"servers": servers, "deny": deny, "base_env": base}
 
 
 def descends(pid, roots):

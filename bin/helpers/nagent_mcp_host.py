@@ -6,8 +6,10 @@ Data contract: the driver starts it (nagent_mcp_channel) as `module_argv("nagent
 scrubbed environment (no provider key ever enters it) — FD is its end of a SOCK_SEQPACKET
 socketpair with the driver, PID the driver's pid:
 - the first message on FD is the bootstrap, JSON: {"servers": [ServerSpec fields], "deny":
-  [{name, pattern, source, index}]}: the servers the driver's settings hold and the MCP deny
-  rules its session read when it started. Nothing a shell command sends can change them.
+  [{name, pattern, source, index}], "base_env": {...}}: the servers the driver's settings hold,
+  the MCP deny rules its session read when it started, and the environment a stdio server
+  starts with (its entry's `env` added; `${VAR}` reads the host's own environment). Nothing a
+  shell command sends can change them.
 - every later message carries one client connection (SCM_RIGHTS) that the driver accepted and
   vetted (nagent_mcp_channel); the host never listens itself. Each gets one answer
   (nagent_mcp_wire) and is closed; a client that hangs up drops its call (the server stays).
@@ -155,12 +157,12 @@ async def _signals(group, stopping):
             signal.signal(signum, signal.SIG_IGN)
 
 
-async def _serve(control, specs, rules):
+async def _serve(control, specs, rules, base_env):
     import anyio
     from nagent_mcp_pool import Pool
     stopping = _Stopping()
     async with anyio.create_task_group() as group:
-        pool = Pool(specs, rules, os.environ, group)
+        pool = Pool(specs, rules, os.environ, base_env, group)
         group.start_soon(_signals, group, stopping)
         group.start_soon(_clients, control, pool, group, stopping)
 
@@ -190,7 +192,7 @@ def main(argv):
     control = socket.socket(fileno=control_fd)
     try:
         bootstrap = json.loads(control.recv(MAX_BOOTSTRAP))
-        specs, rules = specs_of(bootstrap), rules_of(bootstrap)
+        specs, rules, base_env = specs_of(bootstrap), rules_of(bootstrap), dict(bootstrap["base_env"])
     except (OSError, ValueError, KeyError, TypeError):
         return 3
     try:
@@ -201,7 +203,7 @@ def main(argv):
     import anyio
     quiet_sdk_logging()
     try:
-        anyio.run(_serve, control, specs, rules)
+        anyio.run(_serve, control, specs, rules, base_env)
     except KeyboardInterrupt:
         pass
     kill_tree(process_tree(os.getpid()), os.getpgrp())   # anything a server left behind

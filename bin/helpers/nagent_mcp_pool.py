@@ -3,10 +3,12 @@ server is started once, on the first call that needs it, and stays up, with its 
 the host stops.
 
 Data contract:
-- `Pool(specs, rules, environ, group)`: `specs` are the driver's nagent_mcp_config.ServerSpec,
-  `rules` the deny rules it read when its session started (nagent_permissions.Rule), `environ`
-  the host's environment (the shell actions' scrubbed one: `${VAR}` reads it, a stdio server
-  starts with it), `group` the anyio task group the servers live in (cancelling it stops them).
+- `Pool(specs, rules, environ, base_env, group)`: `specs` are the driver's
+  nagent_mcp_config.ServerSpec, `rules` the deny rules it read when its session started
+  (nagent_permissions.Rule), `environ` what `${VAR}` reads (the shell actions' scrubbed
+  environment), `base_env` what a stdio server starts with before its entry's `env` (what the
+  run's shell commands get), `group` the anyio task group the servers live in (cancelling it
+  stops them).
 - `await pool.call(server, tool, arguments, timeout) -> {"result", "warning"}`: the deny rules
   first (nagent_policy.mcp_deny_line: RefusedError, exit 10), then the server by name
   (UsageError when not configured), started if it is not up (concurrent callers share one
@@ -16,7 +18,6 @@ Data contract:
 - `await pool.list(server, timeout) -> {"servers": [{name, transport, tools, error, warning}]}`:
   one named server or every configured one; they start in parallel; `error` is
   NagentError.as_dict() or None, one server's failure does not hide the others' tools.
-- `pool.starts` counts server starts (what the host reports for tests and benchmarks).
 A failure of the server (it exited, timed out, broke the protocol: McpServerError, exit 5) stops
 it, and the next call starts it afresh; a call it rejected (McpCallError) or a tool error leaves
 it up. A server found gone before a call (it exited while idle) is started again and the call's
@@ -94,9 +95,9 @@ class _Watched:
 class LiveServer:
     """One started server: its SDK client, held open by `run` (the task that owns it)."""
 
-    def __init__(self, server, environ):
+    def __init__(self, server, base_env):
         self.server = server
-        self.environ = environ
+        self.base_env = base_env
         self.watch = Watch(server)
         self.client = None
         self.error = None
@@ -112,7 +113,7 @@ class LiveServer:
         from mcp_types import Implementation
         try:
             with self.scope:
-                client = Client(_Watched(transport_for(self.server, self.environ, self.watch), self),
+                client = Client(_Watched(transport_for(self.server, self.base_env, self.watch), self),
                                 message_handler=self.watch.on_message, cache=None,
                                 client_info=Implementation(name="nagent-mcp", version="1"))
                 async with client:
@@ -140,13 +141,13 @@ class LiveServer:
 
 
 class Pool:
-    def __init__(self, specs, rules, environ, group):
+    def __init__(self, specs, rules, environ, base_env, group):
         self.specs = tuple(specs)
         self.rules = tuple(rules)
         self.environ = dict(environ)
+        self.base_env = dict(base_env)
         self.group = group
         self.live = {}
-        self.starts = 0
 
     def _get(self, name):
         """(LiveServer, note): the server's live session, started when it is not up."""
@@ -160,9 +161,8 @@ class Pool:
             live = None
         if live is None:
             server = resolve(find_server(self.specs, name), self.environ)
-            live = LiveServer(server, self.environ)
+            live = LiveServer(server, self.base_env)
             self.live[name] = live
-            self.starts += 1
             self.group.start_soon(live.run)
         return live, note
 
