@@ -14,13 +14,16 @@ import signal
 import stat
 import subprocess
 import sys
+import time
 import unittest
+import unittest.mock
 
 from base import HermeticTestCase
 from test_loop import NagentRunCase
 from test_mcp_servers import ServerProcesses, needs_sdk, stdio_entry
 from unprivileged import unprivileged_argv
 
+import nagent_mcp_channel
 import nagent_mcp_wire as wire
 from nagent_errors import UsageError
 from nagent_mcp_channel import Channel
@@ -84,7 +87,7 @@ class LiveRunTest(ServerProcesses, NagentRunCase):
                             "nagent-mcp call test counter --args '{\"step\": 2}'\n"
                             "bash call.sh\n"
                             "NAGENT_CONFIG=$PWD/evil.json nagent-mcp call test counter\n"
-                            "nagent-mcp call test env --args '{\"names\": [\"SERVICE_TOKEN\"]}'\n"
+                            "nagent-mcp call test env --args '{\"names\": [\"SERVICE_TOKEN\", \"GOOGLE_API_KEY\"]}'\n"
                             "python3 probe.py\n"
                             "ls pwned* 2>&1 | head -1"))
         self.fake.reply("<nagent-response>done</nagent-response>")
@@ -104,7 +107,7 @@ class LiveRunTest(ServerProcesses, NagentRunCase):
         # The caller's NAGENT_CONFIG names another server "test": the host keeps the run's.
         self.assertIn(f"count=4 pid={pid}", second)
         # A secret the server's entry inserted is blanked by the host, on both paths to it.
-        self.assertIn("SERVICE_TOKEN=[redacted]", second)
+        self.assertIn("SERVICE_TOKEN=[redacted]\nGOOGLE_API_KEY=<unset>", second)  # no provider key
         self.assertIn('"text":"SERVICE_TOKEN=[redacted]\\nPATH_HINT=from the config"', second)
         self.assertNotIn(self.SECRET, proc.stdout + proc.stderr + self.read_bytes(path).decode())
         # Nothing but calls and lists: no command runs, malformed requests get one error.
@@ -129,6 +132,36 @@ class LiveRunTest(ServerProcesses, NagentRunCase):
             if run.poll() is None:
                 run.kill()
                 run.communicate()
+
+    def test_servers_start_in_parallel_once_each_and_not_at_all_outside_the_run(self):
+        # --meet: a server serves only once the given number of starts happened, so two calls
+        # whose servers were started one after the other would time out.
+        self.write_config(dict(self.CONFIG, mcp_servers={
+            "a": stdio_entry("--meet", "2"), "b": stdio_entry("--meet", "2"),
+            "c": stdio_entry("--meet", "3"), "unused": stdio_entry()}))
+        self.fake.reply(shell(
+            "nagent-mcp call a counter --timeout 25 > a.out & nagent-mcp call b counter --timeout 25 > b.out & wait\n"
+            "nagent-mcp call c counter > c1.out & nagent-mcp call c counter > c2.out & wait\n"
+            "cat a.out b.out c1.out c2.out; nagent-mcp --list a; echo \"channel=$NAGENT_MCP_CHANNEL\""))
+        self.fake.reply("<nagent-response>done</nagent-response>")
+        proc = self.nagent("--json", "call three servers")
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        [result] = results(self, self.json_of(proc)["conversation"])
+        starts = self.started()
+        for pid in starts:
+            self.addCleanup(self.kill_if_alive, pid)
+        self.assertEqual(len(starts), 3, result)          # a and b side by side, c once for two calls
+        self.assertRegex(result, r"count=1 pid=\d+\ncount=1 pid=\d+\ncount=[12] pid=(\d+)\ncount=[12] pid=\1")
+        self.assertIn("counter", result)                 # the list answered from the live server
+        self.assertEqual(len(self.started()), 3)
+        self.assertIn(f"channel={self.home}/.nagent/run/mcp-", result)
+        for pid in starts:
+            self.assertGone(pid, what="the run")
+        # Outside a run the same command starts the server for the call alone, as it always did.
+        cold = [self.run_tool("nagent-mcp", "call", "c", "counter") for _ in range(2)]
+        self.assertEqual([c.returncode for c in cold], [0, 0], cold[0].stderr)
+        self.assertEqual([c.stdout.split()[0] for c in cold], ["count=1", "count=1"])
+        self.assertNotEqual(cold[0].stdout, cold[1].stdout)   # two processes
 
     @unittest.skipUnless(HAVE_BWRAP, "bwrap not installed")
     def test_a_sandboxed_shell_uses_the_run_servers_not_the_config(self):
@@ -155,11 +188,148 @@ class LiveRunTest(ServerProcesses, NagentRunCase):
         self.assertGone(pid, what="the run")
 
 
+# probe.py PATH OUT [--daemon] [--after FILE] [--child] [--pid PID]: ask the channel at PATH for
+# its list and write the answer to OUT (atomically). --daemon: first leave the caller (a new
+# process group, forked twice: init adopts it, the session stays); --after: wait for FILE first;
+# --child: the asking is done by a child forked then; --pid: put a forged pid in the request.
+CHANNEL_PROBE = r'''
+import json, os, socket, sys, time
+path, out, flags = sys.argv[1], sys.argv[2], sys.argv[3:]
+if "--daemon" in flags:
+    if os.fork():
+        os._exit(0)
+    os.setpgid(0, 0)
+    if os.fork():
+        os._exit(0)
+if "--after" in flags:
+    go, deadline = flags[flags.index("--after") + 1], time.monotonic() + 60
+    while not os.path.exists(go) and time.monotonic() < deadline:
+        time.sleep(0.01)
+if "--child" in flags and os.fork():
+    os._exit(0)
+request = {"op": "list", "server": None, "timeout": 20}
+if "--pid" in flags:
+    forged = int(flags[flags.index("--pid") + 1])
+    request.update(pid=forged, peer={"pid": forged, "uid": 0})
+sock = socket.socket(socket.AF_UNIX)
+sock.connect(path)
+sock.sendall(json.dumps(request).encode() + b"\n")
+data = b""
+while chunk := sock.recv(65536):
+    data += chunk
+with open(out + ".part", "wb") as handle:
+    handle.write(data)
+os.rename(out + ".part", out)
+'''
+REFUSED = "serves only its own shell commands"
+
+
 class ChannelTest(HermeticTestCase):
-    """The driver's side alone: only the run's shell commands get in; the wire's checks."""
+    """The driver's side alone: only the run's shell commands get in; the wire's checks.
+    A "shell action" here is what nagent_shell makes of one: a bash in a session of its own,
+    tracked while it runs, untracked once it ended."""
+
+    def setUp(self):
+        super().setUp()
+        self.probe_script = os.path.join(self.tmp, "probe.py")
+        with open(self.probe_script, "w") as handle:
+            handle.write(CHANNEL_PROBE)
+
+    def channel(self):
+        channel = Channel(lambda: (self.env, self.cwd, {"servers": [], "deny": [], "base_env": {}}))
+        self.addCleanup(channel.close)
+        return channel
+
+    def probe(self, path, out, *flags):
+        return [sys.executable, self.probe_script, path, os.path.join(self.tmp, out), *map(str, flags)]
+
+    def answer(self, out):
+        target = os.path.join(self.tmp, out)
+        deadline = time.monotonic() + 60
+        while not os.path.exists(target):
+            self.assertLess(time.monotonic(), deadline, f"no answer in {out}")
+            time.sleep(0.02)
+        with open(target) as handle:
+            return handle.read()
+
+    def shell_action(self, channel, script):
+        proc = subprocess.Popen(["bash", "-c", script], start_new_session=True, env=self.env, cwd=self.cwd)
+        channel.track(proc.pid)
+        return proc
+
+    def test_only_processes_of_a_running_shell_action_of_this_run_get_in(self):
+        ours, theirs = self.channel(), self.channel()
+        path, other = ours.variables()[wire.CHANNEL_VAR], theirs.variables()[wire.CHANNEL_VAR]
+        go = os.path.join(self.tmp, "go")
+        self.addCleanup(self.write_file, go, "")        # the daemons end even when a check fails
+        q = subprocess.list2cmdline
+        action = self.shell_action(ours, "; ".join([
+            q(self.probe(path, "inside")),                           # a child of the action
+            q(self.probe(other, "other-run")),                       # another run's channel
+            q(self.probe(path, "daemon", "--daemon")),               # adopted by init, same session
+            q(self.probe(path, "outlived", "--daemon", "--after", go)),
+            q(self.probe(path, "started-after", "--daemon", "--after", go, "--child")),
+            f"while [ ! -e {self.tmp}/daemon ]; do sleep 0.01; done"]))
+        self.assertEqual(action.wait(timeout=120), 0)
+        ours.untrack(action.pid)                                 # the action ended
+        self.assertIn('"servers":[]', self.answer("inside"))
+        self.assertIn('"servers":[]', self.answer("daemon"))    # while its action still ran
+        self.assertIn(REFUSED, self.answer("other-run"))
+        self.write_file(go, "")
+        self.assertIn(REFUSED, self.answer("outlived"))         # a daemon left running after it
+        self.assertIn(REFUSED, self.answer("started-after"))    # a process born after it ended
+        # The pid the client names in its request counts for nothing: the kernel's word does.
+        subprocess.run(self.probe(path, "forged", "--pid", action.pid), check=True, timeout=60)
+        self.assertIn(REFUSED, self.answer("forged"))
+
+    def test_another_user_is_refused_even_where_the_socket_is_open_to_it(self):
+        channel = self.channel()
+        path = channel.variables()[wire.CHANNEL_VAR]
+        channel.track(os.getpid())         # the other user's process descends from a tracked one
+        folder = os.path.dirname(path)
+        while folder != os.path.dirname(self.tmp):     # every directory down to it opened up
+            os.chmod(folder, 0o755)
+            folder = os.path.dirname(folder)
+        os.chmod(path, 0o777)
+        os.chmod(self.probe_script, 0o644)
+        out = os.path.join(self.tmp, "out")
+        os.mkdir(out)
+        os.chmod(out, 0o777)
+        other = subprocess.run(unprivileged_argv(self.probe(path, "out/answer"), self.tmp),
+                               capture_output=True, text=True, timeout=60)
+        self.assertEqual(other.returncode, 0, other.stderr)
+        self.assertIn(REFUSED, self.answer("out/answer"))
+
+    def test_links_planted_at_the_run_dir_or_the_channel_dir_are_not_followed(self):
+        elsewhere = os.path.join(self.tmp, "elsewhere")
+        os.mkdir(elsewhere)
+        os.chmod(elsewhere, 0o777)                       # a place others could swap things in
+        run = os.path.join(self.home, ".nagent", "run")
+        os.makedirs(os.path.dirname(run), exist_ok=True)
+        os.symlink(elsewhere, run)
+        channel = self.channel()
+        self.assertEqual(channel.variables(), {})      # the shell then starts servers per call
+        self.assertIn("is not a private directory of this user", channel.problem)
+        self.assertEqual(os.listdir(elsewhere), [])
+        os.unlink(run)
+        # A name taken at the channel directory's path (a link to a place of another's), or a
+        # link named like a dead run's directory, is passed over, not used or swept through.
+        os.mkdir(run, 0o700)
+        victim = os.path.join(self.tmp, "victim")
+        os.mkdir(victim)
+        self.write_file(os.path.join(victim, "keep"), "x")
+        os.symlink(elsewhere, os.path.join(run, f"mcp-{os.getpid()}-aaaaaaaa"))
+        os.symlink(victim, os.path.join(run, "mcp-999999999-bbbbbbbb"))
+        with unittest.mock.patch.object(nagent_mcp_channel.token, "token_hex",
+                                        side_effect=["aaaaaaaa", "cccccccc"]):
+            path = self.channel().variables()[wire.CHANNEL_VAR]
+        self.assertEqual(path, os.path.join(run, f"mcp-{os.getpid()}-cccccccc", "s"))
+        self.assertEqual(os.listdir(elsewhere), [])
+        self.assertEqual(os.listdir(victim), ["keep"])
+
 
     def test_a_stranger_is_refused_and_the_channel_is_private(self):
-        channel = Channel(lambda: (self.env, self.cwd, {"servers": [], "deny": []}))
+        channel = Channel(lambda: (self.env, self.cwd, {"servers": [], "deny": [], "base_env": {}}))
         try:
             path = channel.variables()[wire.CHANNEL_VAR]
             self.assertEqual(stat.S_IMODE(os.stat(os.path.dirname(path)).st_mode), 0o700)

@@ -36,6 +36,7 @@ import secrets as token
 import select
 import shutil
 import socket
+import stat
 import struct
 import subprocess
 import threading
@@ -55,6 +56,7 @@ SOCKET_NAME = "s"
 MAX_SOCKET_PATH = 107      # sun_path holds 108 bytes with the terminating NUL
 MAX_DEPTH = 256            # ancestors looked at before a peer is judged a stranger
 PEER = struct.Struct("3i")
+FRESH_TRIES = 8
 
 
 def run_channel(session):
@@ -97,11 +99,17 @@ def descends(pid, roots):
 
 def from_shell(pid, roots):
     """A process of a running shell action: it descends from one, or its session's leader does
-    (a child that was forked twice and left to init keeps the session)."""
+    (a child that was forked twice and left to init keeps the session). A session leader is
+    older than its members: a younger process under the leader's pid is another process that
+    took the pid of a leader gone (a daemon of an ended action, its pid reused by a new one)."""
     if descends(pid, roots):
         return True
     leader = session_of(pid)
-    return bool(leader) and leader != pid and descends(leader, roots)
+    if not leader or leader == pid:
+        return False
+    born, leader_born = start_ticks(pid), start_ticks(leader)
+    return born is not None and leader_born is not None and leader_born <= born \
+        and descends(leader, roots)
 
 
 class Channel:
@@ -143,22 +151,28 @@ class Channel:
         if self._opened:
             return
         self._opened = True
+        listener = None
         try:
             self._config = self._setup()
             folder = run_dir(self._config[0])
             os.makedirs(folder, mode=0o700, exist_ok=True)
+            _private(folder, "the run directory")
             _sweep(folder)
-            self._dir = os.path.join(folder, f"mcp-{os.getpid()}-{token.token_hex(4)}")
+            self._dir = _fresh_dir(folder)
             path = os.path.join(self._dir, SOCKET_NAME)
             if len(os.fsencode(path)) > MAX_SOCKET_PATH:
                 raise OSError(f"the socket path would be longer than {MAX_SOCKET_PATH} bytes")
-            os.mkdir(self._dir, 0o700)
             listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             listener.bind(path)
+            _private(self._dir, "the channel directory")
+            if not stat.S_ISSOCK(os.lstat(path).st_mode):
+                raise OSError(f"{path} is not the socket this run bound")
             os.chmod(path, 0o600)
             listener.listen(16)
         except OSError as error:
             self.problem = f"the run's MCP channel did not open: {error.strerror or error}"
+            if listener is not None:
+                listener.close()
             self._remove_dir()
             return
         self._listener, self.path = listener, path
@@ -283,6 +297,28 @@ def _answer_error(conn, error):
         conn.sendall(encode({"error": error.as_dict()}))
     except OSError:
         pass
+
+
+def _private(folder, what):
+    """`folder` is a directory itself (no link), of this user, that nobody else may write in:
+    nobody else can swap what is in it (a socket, a directory) for one of theirs."""
+    info = os.lstat(folder)
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid() or info.st_mode & 0o022:
+        raise OSError(f"{what} {folder} is not a private directory of this user "
+                      "(a link, another owner, or writable by others)")
+
+
+def _fresh_dir(folder):
+    """A new 0700 directory `mcp-PID-HEX` in `folder`: mkdir never follows a link planted at the
+    name, and a name taken (planted, or a clash) is passed over for another."""
+    for _ in range(FRESH_TRIES):
+        path = os.path.join(folder, f"mcp-{os.getpid()}-{token.token_hex(4)}")
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            continue
+        return path
+    raise OSError(f"no fresh channel directory in {folder} after {FRESH_TRIES} tries")
 
 
 def _sweep(folder):
