@@ -106,8 +106,12 @@ class EditJourneyTest(ProjectFixture, FakeVendorTestCase):
         self.assertEqual((model.main, model.nested), ([], []), screen)
         self.assertNotIn("Traceback", screen)
         # The project's own tests pass now, run the way the user runs them.
+        # A fresh bytecode cache: the edits keep calc.py's size and may land within the second
+        # the run's own test command compiled it, so a cached .pyc would still look current.
+        fresh = os.path.join(self.tmp, "check-pycache")
         check = subprocess.run([sys.executable, "-m", "unittest", "-q", "test_calc"], cwd=self.cwd,
-                               capture_output=True, text=True, env=self.env, timeout=60)
+                               capture_output=True, text=True, timeout=60,
+                               env=dict(self.env, PYTHONPYCACHEPREFIX=fresh))
         self.assertEqual(check.returncode, 0, check.stderr)
         # Both changes are on the screen: the file, the counts, the diff; and the run's sum.
         self.assertEqual(screen.count("✎ calc.py +1 −1"), 2, screen)

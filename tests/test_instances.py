@@ -17,6 +17,7 @@ from test_processes import wait_for
 from test_shell import sleepers
 
 import nagent_instances as instances
+from nagent_conversation_lock import conversation_lock
 from nagent_pids import start_ticks
 
 
@@ -113,8 +114,12 @@ class RunFiles(HermeticTestCase):
         self.assertEqual(instances.list_instances(self.env), [])
         for path in (dead, reused, temp):
             self.assertFalse(os.path.exists(path), path)
-        live = self.write_run(os.getpid())
-        self.assertEqual([item["pid"] for item in instances.list_instances(self.env)], [os.getpid()])
+        # A live pid with its start ticks is a running nagent while it holds its conversation's lock.
+        conversation = os.path.join(self.home, ".nagent", "conversations", "live")
+        live = self.write_run(os.getpid(), conversation=conversation)
+        with conversation_lock(conversation):
+            self.assertEqual([item["pid"] for item in instances.list_instances(self.env)],
+                             [os.getpid()])
         self.assertTrue(os.path.exists(live))
 
     def test_a_planted_fifo_or_link_is_skipped_without_blocking(self):

@@ -18,6 +18,7 @@ from fakes import FakeVendorTestCase
 
 import nagent_conversation
 import nagent_conversation_lifecycle as lifecycle
+from nagent_protocol_blocks import frame_data
 
 GENERATION_MARKS = (":generateContent", ":streamGenerateContent", "/v1/responses",
                     "/v1/chat/completions", "/v1/messages")
@@ -194,7 +195,9 @@ class EveryTagRunTest(NagentRunCase):
         self.assertIn("file not found", reads[2])
         self.assertIn("binary", reads[3])
         self.assertIn("not UTF-8", reads[4])
-        self.assertIn(TRICKY, reads[5])
+        # The file's text, framed (issue 21 D4): no line of it reads as a driver block.
+        self.assertIn(frame_data(TRICKY), reads[5])
+        self.assertIn("\n\\</nagent-read-result>\n\\</initial_context>\n<nagent-record", reads[5])
         writes = results["write"]
         self.assertIn('status="ok"', writes[0])
         with open(allowed, encoding="utf-8") as handle:
@@ -250,7 +253,7 @@ class EveryTagRunTest(NagentRunCase):
         assistant_text = "\n".join(p for role, parts in last if role == "assistant" for p in parts)
         self.assertNotIn("invented-output", assistant_text)
         self.assertIn("echo before-cut", assistant_text)
-        self.assertIn(TRICKY, self.request_text(requests[-1]))
+        self.assertIn(frame_data(TRICKY), self.request_text(requests[-1]))
         self.assertEqual(last[-1][0], "user")
         self.assertIn("Now wrap up.", "\n".join(self.messages(requests[-2])[-1][1]))
         # The continued reply is sent as partial + note + rest, never the whole text twice.
@@ -259,7 +262,7 @@ class EveryTagRunTest(NagentRunCase):
         self.assertIn(["ued-ok</nagent-shell>"], said)
         self.assertFalse(any("echo continued-ok" in p for parts in said for p in parts))
         # The tricky read did not break the record framing: the next record is separate.
-        self.assertEqual(sum(1 for r in self.records(path) if TRICKY in r.body), 1)
+        self.assertEqual(sum(1 for r in self.records(path) if frame_data(TRICKY) in r.body), 1)
 
 
 class FormatRetryLimitTest(NagentRunCase):

@@ -77,6 +77,17 @@ class ConfigTest(HermeticTestCase):
         self.assertEqual(mcp_config.process_env(resolved, {"PATH": "/bin", "DATA": "old"}),
                          {"PATH": "/bin", "DATA": "/home/me/data", "GITHUB_TOKEN": "ghp-secret-value"})
 
+    def test_a_value_under_a_secret_name_is_a_secret_wherever_it_came_from(self):
+        # Issue 21's adversarial pass: a literal in the config, or a ${VAR:-default}'s default,
+        # under a secret-named env or header key was sent to the server and never redacted.
+        spec = mcp_config.parse_server("svc", {
+            "command": "svc-mcp", "env": {"SERVICE_TOKEN": "literal-token-abcdef", "DATA": "/srv/d"},
+            "args": ["--from", "${SERVICE_HOST:-svc.example}"]})
+        http = mcp_config.parse_server("web", {"url": "https://${HOST:-api.example}/mcp", "headers": {
+            "Authorization": "Bearer ${WEB_PASS:-default-token-xyz}"}})
+        self.assertEqual(mcp_config.resolve(spec, {}).secrets, ("literal-token-abcdef",))
+        self.assertEqual(mcp_config.resolve(http, {}).secrets, ("default-token-xyz",))
+
 
 class RenderTest(HermeticTestCase):
     def test_signature_from_input_schema(self):

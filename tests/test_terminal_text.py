@@ -147,15 +147,18 @@ class SitesEndToEnd(McpCase):
 
     def test_ps_listing(self):
         import nagent_instances as instances
+        from nagent_conversation_lock import conversation_lock
         from nagent_pids import start_ticks
         folder = instances.run_dir(self.env)
         os.makedirs(folder, exist_ok=True)
         record = {"pid": os.getpid(), "start_ticks": start_ticks(os.getpid()),
-                  "started_at": time.time(), "conversation": f"/c/conv{NASTY}",
+                  "started_at": time.time(),
+                  "conversation": os.path.join(self.tmp, f"conv{NASTY}"),
                   "action": f"shell: {NASTY}"}
         with open(os.path.join(folder, f"{os.getpid()}.json"), "w", encoding="utf-8") as handle:
             json.dump(record, handle)
-        proc = self.run_tool("nagent", "--ps")
+        with conversation_lock(record["conversation"]):   # a run file counts while its lock is held
+            proc = self.run_tool("nagent", "--ps")
         self.assertEqual(proc.returncode, 0, proc.stderr)
         self.assertEqual(unsafe_chars(proc.stdout), [], proc.stdout)
         self.assertIn("shell: a\\x1b[2J", proc.stdout)

@@ -16,7 +16,9 @@ sandbox is planned, so a prompt comes only for a command that could run.
 An action hook (settings.hooks.action, nagent_hooks.check_action) runs before each action but
 <nagent-next>: exit 0 lets the action run, exit 2 makes the result a refusal carrying the hook's
 output, anything else (a timeout, a crash) an error result; the action then does not run. The
-hook's run rides along in `ActionOutcome.hook` for the loop to record.
+hook's run rides along in `ActionOutcome.hook` for the loop to record. The hook is shown the
+file action's pinned target (nagent_action_targets: a read's file opened first, a write's
+resolved path, a patch's registered source) and the action uses that same target.
 Consecutive <nagent-agent> actions are one batch (`process_agents`): children run concurrently,
 at most `max_parallel` at once, and their outcomes come back in tag order. The processes, their
 timeouts and how they end are nagent_agents'; a child that timed out or was cut off still counts
@@ -27,14 +29,14 @@ from dataclasses import replace
 
 from nagent_action_base import (ActionContext, ActionOutcome, error_block, error_text,  # noqa: F401
                                 hook_refusal, refresh_target_id, resolve_path, write_mode_now)
+from nagent_action_targets import pin_target, release
 from nagent_agents import Job, child_name
 from nagent_action_batch import Planned, process_batch
 from nagent_budget import decode, exhausted
 from nagent_edit_actions import execute_replace, file_edit_job, observe, observed
 from nagent_errors import NagentError
 from nagent_file_split_lib import READ_SPLIT_THRESHOLD_BYTES
-from nagent_file_tools import (BINARY_SNIFF_BYTES, describe_split, looks_binary, patch_registered,
-                               split_for_read)
+from nagent_file_tools import BINARY_SNIFF_BYTES, describe_split, patch_registered, split_for_read
 from nagent_hooks import check_action
 from nagent_permission_gate import check_permission, shell_gate, shell_time
 from nagent_protocol_blocks import result_block
@@ -44,25 +46,26 @@ from nagent_write_policy import validate_write_path, write_file_atomic
 _resolve = resolve_path
 
 
-def read_text_file(path, limit=READ_SPLIT_THRESHOLD_BYTES):
-    """(text, None) or (None, error message) for an inline read."""
-    if "\x00" in path:
-        return None, "path contains a NUL byte"
-    if not os.path.exists(path):
-        return None, "file not found"
-    if os.path.isdir(path):
-        return None, "is a directory"
-    if not os.path.isfile(path):
-        return None, "not a regular file"
+def read_target(target, path, limit=READ_SPLIT_THRESHOLD_BYTES):
+    """(text, None) or (None, error message) for an inline read of a pinned target
+    (nagent_action_targets): read from its descriptor, never from `path` (shown in hints)."""
+    if target.problem:
+        return None, target.problem
     try:
-        size = os.path.getsize(path)
+        size = os.fstat(target.fd).st_size
         if limit is not None and size > limit:
-            if looks_binary(path):
+            if b"\x00" in os.pread(target.fd, BINARY_SNIFF_BYTES, 0):
                 return None, "binary file (contains NUL bytes); not shown"
             return None, (f"file is {size} bytes, over the {limit}-byte inline limit; use "
                           f'<nagent-file-read path="{path}"/> to split it into segments')
-        with open(path, "rb") as handle:
-            data = handle.read(limit + 1 if limit is not None else -1)
+        parts, offset, want = [], 0, (limit + 1 if limit is not None else size + 1)
+        while offset < want:
+            part = os.pread(target.fd, want - offset, offset)
+            if not part:
+                break
+            parts.append(part)
+            offset += len(part)
+        data = b"".join(parts)
     except OSError as error:
         return None, f"cannot read: {error.strerror}"
     if b"\x00" in data[:BINARY_SNIFF_BYTES]:
@@ -73,10 +76,19 @@ def read_text_file(path, limit=READ_SPLIT_THRESHOLD_BYTES):
         return None, "not UTF-8 text; not shown"
 
 
-def execute_read(action, ctx):
+def _pinned(action, ctx, target):
+    """(target, owned): the target process_action pinned before the hook, or one pinned now."""
+    return (target, False) if target is not None else (pin_target(action, ctx), True)
+
+
+def execute_read(action, ctx, target=None):
     raw = action.attr("path", "")
-    path = _resolve(raw, ctx)
-    text, problem = read_text_file(path)
+    target, owned = _pinned(action, ctx, target)
+    try:
+        text, problem = read_target(target, _resolve(raw, ctx))
+    finally:
+        if owned:
+            release(target)
     if problem:
         return error_block("nagent-read-result", problem, {"path": raw})
     return ActionOutcome(result_block("nagent-read-result", text, {"path": raw,
@@ -89,33 +101,40 @@ def ensure_split(path, ctx):
     return outcome.index_path, outcome.index, outcome.reused
 
 
-def execute_file_read(action, ctx):
+def execute_file_read(action, ctx, target=None):
     raw = action.attr("path", "")
     path = _resolve(raw, ctx)
-    if "\x00" not in path and os.path.isfile(path) and os.path.getsize(path) > READ_SPLIT_THRESHOLD_BYTES:
-        try:
-            outcome = split_for_read(path, ctx)
-        except NagentError as error:
-            return error_block("nagent-file-read-result", error_text(error), {"path": raw})
-        except OSError as error:
-            return error_block("nagent-file-read-result", f"cannot split: {error.strerror}", {"path": raw})
-        return ActionOutcome(result_block("nagent-file-read-result", describe_split(outcome),
-                                          {"path": raw, "split": "true"}))
-    text, problem = read_text_file(path)
+    target, owned = _pinned(action, ctx, target)
+    try:
+        if not target.problem and os.fstat(target.fd).st_size > READ_SPLIT_THRESHOLD_BYTES:
+            try:
+                outcome = split_for_read(path, ctx, fd=target.fd)
+            except NagentError as error:
+                return error_block("nagent-file-read-result", error_text(error), {"path": raw})
+            except OSError as error:
+                return error_block("nagent-file-read-result", f"cannot split: {error.strerror}",
+                                   {"path": raw})
+            return ActionOutcome(result_block("nagent-file-read-result", describe_split(outcome),
+                                              {"path": raw, "split": "true"}))
+        text, problem = read_target(target, path)
+    finally:
+        if owned:
+            release(target)
     if problem:
         return error_block("nagent-file-read-result", problem, {"path": raw})
     return ActionOutcome(result_block("nagent-file-read-result", text,
                                       {"path": raw, "bytes": str(len(text.encode()))}))
 
 
-def execute_file_patch(action, ctx):
+def execute_file_patch(action, ctx, target=None):
     raw = action.attr("index", "")
     index = _resolve(raw, ctx)
     # For the view only (the authority is patch_registered's): the source nagent recorded.
     entry = find_by_index(load_registry(ctx.side_dir), index) if ctx.side_dir else None
     before = observe(entry["source"], ctx) if entry else None
     try:
-        outcome = patch_registered(index, ctx, shown=raw)
+        outcome = patch_registered(index, ctx, shown=raw,
+                                   expect_source=target.source if target is not None else None)
     except NagentError as error:
         return error_block("nagent-file-patch-result", error_text(error), {"index": raw})
     if outcome.get("status") == "applied" and outcome.get("source"):
@@ -125,12 +144,13 @@ def execute_file_patch(action, ctx):
         "index": raw, "status": str(outcome.get("status", ""))})), before, ctx)
 
 
-def execute_write(action, ctx):
+def execute_write(action, ctx, target=None):
     raw = action.attr("path", "")
     mode = write_mode_now(ctx)
     try:
         before = observe(validate_write_path(raw, mode, ctx.cwd, ctx.environ), ctx)
-        written = write_file_atomic(raw, action.body.encode("utf-8"), mode, ctx.cwd, ctx.environ)
+        written = write_file_atomic(raw, action.body.encode("utf-8"), mode, ctx.cwd, ctx.environ,
+                                    expected=target.real if target is not None else None)
     except NagentError as error:
         return error_block("nagent-write-result", error_text(error), {"path": raw})
     refresh_target_id(written["path"], ctx)
@@ -199,10 +219,10 @@ def agent_job(action, ctx):
                    lambda result: agent_outcome(result, {"conversation": result.name}))
 
 
-def refusal_outcome(action, ctx):
+def refusal_outcome(action, ctx, target=None):
     """The result of an action the permission rules or plan mode refuse (the same line the user
-    sees), or None (nagent_permission_gate.check_permission)."""
-    refused = check_permission(action, ctx)
+    sees), or None (nagent_permission_gate.check_permission, on the pinned `target`)."""
+    refused = check_permission(action, ctx, target=target)
     if refused is None:
         return None
     attrs = {name: action.attr(name) for name in ("path", "index") if action.attr(name) is not None}
@@ -213,29 +233,32 @@ def refusal_outcome(action, ctx):
 def checked(prepare):
     """A batch's prepare step behind the rules and the budget: a nested nagent starts only
     when they allow it and something is left to spend."""
-    def plan(action, ctx):
+    def plan(action, ctx, target=None):
         if ctx.child_budget and exhausted(decode(ctx.child_budget)):
             return error_block(f"nagent-{action.kind}-result", "not started: the run's budget is "
                                "spent (--max-cost, --max-tokens, --max-time)",
                                {"path": action.attr("path")} if action.attr("path") else None)
-        return refusal_outcome(action, ctx) or prepare(action, ctx)
+        return refusal_outcome(action, ctx, target) or (
+            prepare(action, ctx) if target is None else prepare(action, ctx, target))
     return plan
 
 
 BATCHES = {"agent": checked(agent_job), "file-edit": checked(file_edit_job)}
 
 
-def process_agents(actions, ctx, ready, watch=None, hooks=True):
+def process_agents(actions, ctx, ready, watch=None, hooks=True, targets=None):
     """Consecutive <nagent-agent> (or <nagent-file-edit>) actions as one batch
     (nagent_action_batch.process_batch): the action hook checks each before any starts, the children
     run concurrently, `ready(position, outcome)` gets the outcomes in tag order."""
-    process_batch(actions, ctx, ready, BATCHES[actions[0].kind], watch, hooks)
+    process_batch(actions, ctx, ready, BATCHES[actions[0].kind], watch, hooks, targets)
 
 
-def execute_agent(action, ctx):
-    """One sub-agent or file-edit session (process_action already ran the action hook)."""
+def execute_agent(action, ctx, target=None):
+    """One sub-agent or file-edit session (process_action already ran the action hook, on
+    `target`)."""
     got = []
-    process_agents([action], ctx, lambda _position, outcome: got.append(outcome), hooks=False)
+    process_agents([action], ctx, lambda _position, outcome: got.append(outcome), hooks=False,
+                   targets=[target])
     return got[0]
 
 
@@ -254,21 +277,24 @@ def process_action(action, ctx):
     handler = HANDLERS.get(action.kind)
     if handler is None:
         return error_block("system", f"no handler for <nagent-{action.kind}>")
-    # Rules and plan mode before the hook runs (a batch's kinds: in its prepare step, once).
-    refused = None if action.kind in BATCHES else refusal_outcome(action, ctx)
-    if refused is not None:
-        return refused
-    hook = check_action(action, ctx)  # the action hook, when one is configured
-    if hook is not None:
-        if hook.status() != "accepted":
-            return hook_refusal(action, hook)
-        return replace(_dispatch(handler, action, ctx), hook=hook)
-    return _dispatch(handler, action, ctx)
-
-
-def _dispatch(handler, action, ctx):
+    target = pin_target(action, ctx)   # what the rules and the hook see is what the action uses
     try:
-        return handler(action, ctx)
+        # Rules and plan mode before the hook runs (a batch's kinds: in its prepare step, once).
+        refused = None if action.kind in BATCHES else refusal_outcome(action, ctx, target)
+        if refused is not None:
+            return refused
+        hook = check_action(action, ctx, target)  # the action hook, when one is configured
+        if hook is not None and hook.status() != "accepted":
+            return hook_refusal(action, hook)
+        outcome = _dispatch(handler, action, ctx, target)
+        return outcome if hook is None else replace(outcome, hook=hook)
+    finally:
+        release(target)
+
+
+def _dispatch(handler, action, ctx, target):
+    try:
+        return handler(action, ctx) if target is None else handler(action, ctx, target)
     except NagentError as error:
         return error_block(f"nagent-{action.kind}-result", error_text(error))
     except OSError as error:

@@ -7,13 +7,15 @@ Data contract:
   names, nor anything of the project, so every request of that mode starts with the same bytes.
   `session` holds what varies, in this fixed order: the session facts (UTC date, cwd, user,
   host, OS, python, shell, how shell commands run when that is not the default: `shell`, from
-  `shell_facts`, TMPDIR, the project root and git branch: nagent_project), for
+  `shell_facts`, TMPDIR, the project root and git branch, or why a root was refused:
+  nagent_project.probe_project), for
   file-edit mode the target's facts, the context layers user, project, directory
   (nagent_context_layers), the skills list (nagent_skills), and the project's tools (described
-  only when trusted: nagent_trust). `files` are the context files read ({"layer", "path",
-  "bytes", "cut"}); `warnings` lines for the user (project tools not run); `root` the project
-  root found (its realpath), else the working directory's realpath: where the conversation
-  starts (nagent_project_conversations). `meta` is what the conversation's meta record keeps.
+  only when trusted, by running nagent's private copy of the trusted bytes: nagent_trust).
+  `files` are the context files read ({"layer", "path", "bytes", "cut"}); `warnings` lines for
+  the user (a refused project root, project tools not run); `root` the project root found (its
+  realpath), else the working directory's realpath: where the conversation starts
+  (nagent_project_conversations). `meta` is what the conversation's meta record keeps.
 - `shell_facts(sandbox, network, writable, approval, mode, read_only)` -> (key, value) facts: in
   plan mode what that allows (`read_only`: the trees a bwrap sandbox holds read-only; empty: no
   sandbox, only read-only commands run); with the bwrap sandbox, whether the network is on and
@@ -21,7 +23,7 @@ Data contract:
   the caller passes nagent_sandbox.writable_dirs but cwd); with approval confirm or deny, what
   that means. Nothing for build mode, no sandbox and approval auto.
 - `build_initial_context(mode, environ, cwd, now, tools, file_edit, mcp_servers, options, shell,
-  secret_names)` ->
+  secret_names, sandbox)` ->
   InitialContext. `tools` is discover_tools() output ([{name, description}]); None discovers
   with the default cache. `mcp_servers` are configured MCP server names: one sorted line each in
   `static` (names only, no tool fetch, so start-up stays fast and the prefix stable).
@@ -31,7 +33,8 @@ Data contract:
   `context.project` off leaves out everything read from the repository (project and
   directory layers, project skills, project tools); the git facts stay. `secret_names` are the
   session's key variable names (nagent_secrets.key_names), kept from every child it starts (git,
-  tools' --description runs); None reads them from the config.
+  tools' --description runs); None reads them from the config. `sandbox` is settings.shell.sandbox:
+  under "bwrap" no project tool runs outside the sandbox, not even with --description.
 - `create_initial_text(ctx)` -> "<initial_context>\n" + static + "\n" + session
   + "</initial_context>\n" (static first, so even the one-text form has a stable prefix).
 - `describe_file_target(path, environ, secret_names)` -> {target, size, sha256, language, git_log,
@@ -46,7 +49,7 @@ from dataclasses import dataclass
 from nagent_context_layers import load_layers, render_layers, user_layer
 from nagent_errors import InputError, UsageError
 from nagent_fs import sha256_file
-from nagent_project import GIT_TIMEOUT, find_project, git_command, git_environ, git_marker_dir
+from nagent_project import git_marker_dir, probe_project, run_git
 from nagent_terminal_text import escape
 from nagent_write_policy import temp_root_problem
 
@@ -236,7 +239,7 @@ def shell_facts(sandbox="none", network=False, writable=(), approval="auto", mod
     return tuple(facts)
 
 
-def environment_facts(environ, cwd, now, project=None, shell=()):
+def environment_facts(environ, cwd, now, project=None, shell=(), refused=None):
     uname = os.uname()
     facts = [
         ("date (UTC)", _date(now)),
@@ -252,7 +255,8 @@ def environment_facts(environ, cwd, now, project=None, shell=()):
         problem = temp_root_problem(environ, cwd)
         facts.append(("TMPDIR", environ["TMPDIR"] + (f" ({problem})" if problem else "")))
     if project is None:
-        facts.append(("project root", "none (not inside a git work tree)"))
+        facts.append(("project root", f"none (refused: {refused})" if refused
+                      else "none (not inside a git work tree)"))
     else:
         facts += [("project root", project.root), ("git branch", project.branch)]
     return "Session facts:\n" + "\n".join(f"- {key}: {escape(value)}" for key, value in facts)
@@ -287,43 +291,58 @@ def target_facts(file_edit):
     return "\n".join(lines)
 
 
-def project_tools_text(project, environ, secret_names=None):
-    """(section text, warnings for the user) about <root>/.nagent/bin (see nagent_trust)."""
-    from nagent_trust import trust_status
+def _changed_tools(where, count):
+    return (f"Project tools: {where} changed since the user trusted it, so nagent neither ran "
+            f"nor described its {count} entries; only the user can trust them again, with "
+            "`nagent --trust` in the project."), (
+        f"project tools in {where} changed since you trusted them and were not run "
+        "(check them, then run `nagent --trust` in the project again)",)
+
+
+def project_tools_text(project, environ, secret_names=None, sandbox="none"):
+    """(section text, warnings for the user) about <root>/.nagent/bin (see nagent_trust). A
+    trusted tool's --description runs from nagent's private copy of the trusted bytes, never
+    from the project (whatever a command renames there meanwhile); under the shell sandbox not
+    at all, since the project's tools are the sandbox's to run."""
+    from nagent_trust import trust_status, trusted_copy
     status = trust_status(project, environ)
-    where = status.bin_dir
     if status.state == "none":
         return "", ()
+    where = escape(status.bin_dir)
+    if status.state == "trusted" and sandbox != "none":
+        lines = [f"Project tools (in {where}, trusted by the user with nagent --trust; not run: "
+                 "the shell sandbox is on, so nagent did not describe them; run one with "
+                 "--description by path through <nagent-shell> to learn what it does):"]
+        lines += [f"- {escape(os.path.join(status.bin_dir, name))}" for name in status.tools]
+        return "\n".join(lines), ()
     if status.state == "trusted":
+        copy = trusted_copy(project, status.hash, environ)
+        if copy is None:   # .nagent/bin changed between the check and the copy
+            return _changed_tools(where, len(status.tools))
         from nagent_discovery import default_cache_path, discover_tools
-        tools = discover_tools([where], default_cache_path(environ), environ=environ,
+        tools = discover_tools([copy], default_cache_path(environ), environ=environ,
                                secret_names=secret_names)
-        where = escape(where)
         lines = [f"Project tools (in {where}, trusted by the user with nagent --trust; run them "
                  "by path through <nagent-shell>):"]
-        lines += [f"- {escape(os.path.join(where, tool['name']))} — {tool['description']}"
+        lines += [f"- {escape(os.path.join(status.bin_dir, tool['name']))} — {tool['description']}"
                   for tool in tools]
         if not tools:
             lines.append("- (no executables)")
         return "\n".join(lines), ()
-    count, where = len(status.tools), escape(where)
     if status.state == "changed":
-        return (f"Project tools: {where} changed since the user trusted it, so nagent neither ran "
-                f"nor described its {count} entries; only the user can trust them again, with "
-                "`nagent --trust` in the project."), (
-            f"project tools in {where} changed since you trusted them and were not run "
-            "(check them, then run `nagent --trust` in the project again)",)
-    return (f"Project tools: {where} holds {count} entries that nagent neither ran nor described: "
-            "the user has not trusted this project's tools (only the user can, with "
+        return _changed_tools(where, len(status.tools))
+    return (f"Project tools: {where} holds {len(status.tools)} entries that nagent neither ran nor "
+            "described: the user has not trusted this project's tools (only the user can, with "
             "`nagent --trust` in the project)."), (
         f"project tools in {where} were not run: this project is not trusted "
         "(run `nagent --trust` in it to use them)",)
 
 
-def session_parts(mode, environ, cwd, now, file_edit, options=None, shell=(), secret_names=None):
+def session_parts(mode, environ, cwd, now, file_edit, options=None, shell=(), secret_names=None,
+                  sandbox="none"):
     """(session text, context files read, warnings for the user, the project or None)."""
-    project = find_project(cwd, environ, secret_names)
-    parts = [environment_facts(environ, cwd, now, project, shell)]
+    project, refused = probe_project(cwd, environ, secret_names)
+    parts = [environment_facts(environ, cwd, now, project, shell, refused)]
     if mode == "file-edit":
         parts.append(target_facts(file_edit))
     layers = load_layers(cwd, environ, project, options)
@@ -332,9 +351,10 @@ def session_parts(mode, environ, cwd, now, file_edit, options=None, shell=(), se
     if getattr(options, "skills", True):
         from nagent_skills import find_skills, skills_text
         parts.append(skills_text(find_skills(environ, project.root if from_project else None)))
-    warnings = ()
+    warnings = (f"project root refused: {refused}",) if refused else ()
     if from_project:
-        text, warnings = project_tools_text(project, environ, secret_names)
+        text, tool_warnings = project_tools_text(project, environ, secret_names, sandbox)
+        warnings += tool_warnings
         parts.append(text)
     files = tuple(item for layer in layers for item in layer.files)
     return "\n\n".join(part for part in parts if part) + "\n", files, warnings, project
@@ -347,7 +367,8 @@ def session_text(mode, environ, cwd, now, file_edit, options=None):
 # -- public API -------------------------------------------------------------------------------
 
 def build_initial_context(mode="main", environ=None, cwd=None, now=None, tools=None,
-                          file_edit=None, mcp_servers=(), options=None, shell=(), secret_names=None):
+                          file_edit=None, mcp_servers=(), options=None, shell=(), secret_names=None,
+                          sandbox="none"):
     if mode not in MODES:
         raise UsageError("unknown context mode", mode, "use main or file-edit")
     if mode == "file-edit" and not file_edit:
@@ -359,7 +380,7 @@ def build_initial_context(mode="main", environ=None, cwd=None, now=None, tools=N
         tools = discover_tools(default_bin_dirs(environ), default_cache_path(environ),
                                environ=environ, secret_names=secret_names)
     session, files, warnings, project = session_parts(mode, environ, cwd, now, file_edit, options,
-                                                      shell, secret_names)
+                                                      shell, secret_names, sandbox)
     return InitialContext(static=static_text(mode, tools, mcp_servers), session=session,
                           files=files, warnings=warnings,
                           root=project.root if project else os.path.realpath(cwd))
@@ -378,21 +399,15 @@ def language_for(path):
 
 
 def git_history(path, environ=None, count=GIT_LOG_COUNT, secret_names=None):
-    """Last `count` commit subjects touching `path`; [] outside a work tree or on any failure."""
+    """Last `count` commit subjects touching `path`, from the repository whose `.git` holds it
+    (nagent_project.run_git: never one it carries); [] outside a work tree or on any failure."""
     real = os.path.realpath(path)
-    directory = os.path.dirname(real)
-    if git_marker_dir(directory) is None:
+    marker = git_marker_dir(os.path.dirname(real))
+    if marker is None:
         return []
-    import subprocess  # only targets inside a work tree pay for it
-    cmd = git_command(directory, "log", "-n", str(count), "--format=%s", "--no-show-signature",
-                      "--", real)
-    try:
-        proc = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True,
-                              timeout=GIT_TIMEOUT, env=git_environ(
-                                  os.environ if environ is None else environ, secret_names))
-    except (OSError, subprocess.SubprocessError):
-        return []
-    if proc.returncode != 0:
+    proc = run_git(marker, ("log", "-n", str(count), "--format=%s", "--no-show-signature", "--",
+                            real), environ, secret_names)
+    if proc is None or proc.returncode != 0:
         return []
     text = proc.stdout.decode("utf-8", "replace")
     return [line.strip() for line in text.splitlines() if line.strip()]

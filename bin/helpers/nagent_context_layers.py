@@ -33,14 +33,17 @@ Data contract:
   are skipped and named.
 - `render_layers(layers)` -> the text for the session part of the initial context: paths and
   problem lines through nagent_terminal_text.escape (a newline in a directory name cannot start
-  a line of its own), at most MAX_PROBLEMS problem lines per layer.
+  a line of its own), documents through nagent_protocol_blocks.frame_data (a file cannot end
+  the initial context or open a <system> note), at most MAX_PROBLEMS problem lines per layer.
 """
 import os
 import re
 import stat
 from collections import namedtuple
 
+from nagent_fs import opened_path
 from nagent_paths import within
+from nagent_protocol_blocks import frame_data
 from nagent_terminal_text import escape
 
 USER_CAP = 256 * 1024
@@ -87,7 +90,8 @@ def include_targets(text):
 
 
 def read_regular(path, limit):
-    """(data of at most `limit` bytes, size on disk) of a regular file, or (None, problem)."""
+    """(data of at most `limit` bytes, size on disk) of the regular file at the resolved `path`,
+    or (None, problem): the file opened must be the one `path` named when it was checked."""
     try:
         # Callers pass resolved paths: a link swapped in afterwards is refused, not followed.
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -97,6 +101,9 @@ def read_regular(path, limit):
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             return None, "not a regular file"
+        if opened_path(fd) not in (None, path):
+            # A directory on the way was swapped for a link after the path was checked.
+            return None, "changed while being opened (a link on the way), not read"
         chunks, left = [], min(limit, info.st_size)
         while left > 0:
             chunk = os.read(fd, min(left, 1 << 20))
@@ -169,7 +176,7 @@ class _Loader:
         text = data.decode("utf-8", "replace").rstrip("\n")
         marker = f"=== {self.name} context: {escape(real)}" + (
             f" (included by {escape(included_by)})" if included_by else "") + " ==="
-        self.documents.append(marker + "\n" + text)
+        self.documents.append(marker + "\n" + frame_data(text))
         self.files.append({"layer": self.name, "path": real, "bytes": size, "cut": cut})
         return text
 

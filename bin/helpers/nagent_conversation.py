@@ -19,6 +19,17 @@ Data contract
 * `append(kind, body, attrs)` returns the Record as a reader would see it; `records()` re-reads
   the file only when it changed; `reopen()` keeps the lock but re-opens the path after the holder
   replaced the file (os.replace).
+* A file replaced behind the writer (`sed -i`, an editor's save-by-rename, `mv`, `rm`): before
+  each append and each records() the writer checks that its path still names the file it holds
+  (device and inode). If not, the bytes of the file it holds are kept in `NAME.d/replaced-{UTC
+  stamp}` (layout.replaced_path), and then: when the path names a file again, the writer
+  re-opens it (recovering a torn tail as on open) and appends a "system" record naming the
+  kept copy before the record asked for; when it names nothing, InputError ("conversation file
+  was removed during the run"), for this and every later append. Nothing is ever written into
+  an unlinked file.
+* The lock is checked the same way before each append: when `NAME.d/lock` no longer names the
+  file whose flock the writer holds (the state dir was removed), the writer takes the lock at
+  the path again (BusyError, nothing appended, when another run holds it by then).
 """
 import os
 
@@ -26,9 +37,10 @@ from nagent_conversation_format import (BAD_HEADER_FIX, FOOTER, HEADER_MARK, KIN
                                         Record, attr_items, encode_record, encode_records,
                                         escape_body, parse_header, parse_records, unescape_body,
                                         utc_now, utc_stamp)
-from nagent_conversation_layout import adopt_legacy_checkpoint, lock_path, torn_path  # noqa: F401
+from nagent_conversation_layout import (adopt_legacy_checkpoint, lock_path, replaced_path,  # noqa: F401
+                                        state_dir, torn_path)
 from nagent_conversation_lock import (BUSY_FIX, acquire_lock, conversation_lock,  # noqa: F401
-                                      release_lock)
+                                      is_busy, release_lock)
 from nagent_conversation_tail import (header_at, iter_header_offsets, last_seq,  # noqa: F401
                                       last_stats, read_tail_summary, tail_state, window_chain)
 from nagent_errors import InputError
@@ -71,6 +83,7 @@ class ConversationWriter:
         self._fd = None
         self._lock_fd = None
         self._cache = None      # ((size, mtime_ns), records)
+        self._removed = None    # the InputError once the path named no file any more
         self._lock_fd = acquire_lock(self.path, lock_timeout)
         try:
             self._open()
@@ -127,10 +140,53 @@ class ConversationWriter:
         self.close()
         return False
 
+    def _keep_lock(self):
+        """The flock is held on an inode: when `NAME.d/lock` no longer names it (a removed state
+        dir), take the lock at the path again, or stop: another run may hold the new one."""
+        try:
+            named = os.stat(lock_path(self.path))
+            held = os.fstat(self._lock_fd)
+            if (named.st_dev, named.st_ino) == (held.st_dev, held.st_ino):
+                return
+        except OSError:
+            pass
+        fresh = acquire_lock(self.path, 0)   # BusyError when another run took it meanwhile
+        old, self._lock_fd = self._lock_fd, fresh
+        release_lock(old)
+
+    def _still_named(self):
+        """True while `path` names the file this writer holds."""
+        try:
+            named = os.stat(self.path)
+        except OSError:
+            return False
+        held = os.fstat(self._fd)
+        return (named.st_dev, named.st_ino) == (held.st_dev, held.st_ino)
+
+    def _follow_replacement(self):
+        """The path names another file, or none: keep what this writer holds, then re-open the
+        path and say so in it, or stop."""
+        if self._removed is not None:
+            raise self._removed
+        kept = write_unique(replaced_path(self.path, utc_stamp()),
+                            _read_fully(self._fd, os.fstat(self._fd).st_size))
+        if not os.path.exists(self.path):
+            self._removed = InputError("conversation file was removed during the run", self.path,
+                                       f"what the run had written is kept in {kept}; nothing "
+                                       "more was appended")
+            raise self._removed
+        self.reopen()
+        self.append("system", f"<system>The conversation file was replaced during this run (an "
+                    f"editor or sed -i); nagent goes on in the file now at this path. The file "
+                    f"as this run had it is kept in {kept}.</system>", {"replaced": kept})
+
     def append(self, kind, body, attrs=None):
         """Append one record with a single os.write; returns it as a reader would see it."""
         if self._fd is None:
             raise ValueError("conversation writer is closed")
+        self._keep_lock()
+        if self._removed is not None or not self._still_named():
+            self._follow_replacement()
         time = utc_now()
         data = encode_record(self.next_seq, kind, body, attrs, time)
         prefix = b"\n" if self._needs_newline else b""
@@ -158,6 +214,8 @@ class ConversationWriter:
 
     def records(self):
         """All records of the file, re-read only when it changed since the last call."""
+        if self._removed is None and not self._still_named():
+            self._follow_replacement()
         key = self._cache_key()
         if self._cache is None or self._cache[0] != key:
             data = _read_fully(self._fd, key[0])

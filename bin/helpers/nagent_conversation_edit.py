@@ -22,8 +22,10 @@ Data contract: `edit_conversation(path, options, environ=None, cwd=None) -> (dat
 - Working-copy encoding: a conversation is full of nagent tags, and a <nagent-write> body cannot
   hold "</nagent-write>", a line-start result block cuts a reply, and result tags are provider
   stop sequences. So in the copy every "<" that starts a nagent tag (other than the record
-  framing) or a <system> tag is written "&lt;", and every "&" already followed by "amp;" or "lt;"
-  is written "&amp;". decode_copy(encode_copy(x)) == x for every text x.
+  framing), a <system> or an <initial_context> tag is written "&lt;" (so nothing in it is a
+  driver mark nagent_protocol_blocks.frame_data would escape when the session reads it), and
+  every "&" already followed by "amp;" or "lt;" is written "&amp;". decode_copy(encode_copy(x))
+  == x for every text x.
 """
 import os
 import re
@@ -47,7 +49,7 @@ EDIT_INDEX_PID = "conversation-edit"
 COPY_NAME = "conversation.txt"
 PASSED_OPTIONS = ("provider", "model", "connect_timeout", "read_timeout", "max_attempts",
                   "max_calls", "shell_approval", "shell_sandbox", "shell_timeout")
-_ENCODE_RE = re.compile(r"&(?=(?:amp|lt);)|<(?=/?(?:system|nagent-(?!record[\s>])))")
+_ENCODE_RE = re.compile(r"&(?=(?:amp|lt);)|<(?=/?(?:system|initial_context|nagent-(?!record[\s>])))")
 _DECODE_RE = re.compile(r"&(amp|lt);")
 KEEP_FIX = "the current conversation is unchanged; the edited copy is kept for inspection"
 
@@ -73,7 +75,7 @@ File format: a sequence of records. Each record starts with a header line \
 and footer together. Edit bodies freely (shorten, summarise, remove noise) as the instruction asks.
 - Never put text outside records. Keep the records of kind "context" unchanged.
 - Records of kind "stats" and "meta" are JSON bookkeeping: keep them unless you drop their turn.
-- In this working copy "<" of every nagent tag and <system> tag inside a body is written "&lt;" \
+- In this working copy "<" of every nagent tag, <system> and <initial_context> tag inside a body is written "&lt;" \
 (and "&" before "amp;" or "lt;" as "&amp;") so the file can pass through <nagent-write>. Keep that \
 form; it is decoded when the file is loaded back. A body line starting with a backslash before \
 "<nagent-record" is escaped on purpose: keep it.

@@ -161,6 +161,10 @@ def torn_path(path, stamp):
     return os.path.join(state_dir(path), f"torn-{stamp}")
 
 
+def replaced_path(path, stamp):
+    return os.path.join(state_dir(path), f"replaced-{stamp}")
+
+
 def side_dir(path):
     """`NAME.d/side`, created (0700, parents too) if missing."""
     folder = os.path.join(state_dir(path), "side")

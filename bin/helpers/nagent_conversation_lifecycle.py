@@ -277,6 +277,16 @@ def head_records(head):
     return records
 
 
+def prompt_line(records):
+    """The first prompt's text, whitespace collapsed, at most 80 characters."""
+    return next((" ".join(r.body.split())[:80] for r in records if r.kind == "prompt"), "")
+
+
+def first_prompt(head):
+    """The first prompt's text (prompt_line) from a file's first bytes."""
+    return prompt_line(head_records(head))
+
+
 def started_as(records):
     """"file-edit" or "agent" when the conversation's meta record says its run was one, else
     None. The meta is the driver's own record, written when the conversation started."""
@@ -311,7 +321,7 @@ def _entry(folder, name, kind, file_edits=()):
     if kind is None:
         kind = started_as(records) or ("file-edit" if name in file_edits else
                                        "latest" if name.startswith("latest-") else "saved")
-    prompt = next((" ".join(r.body.split())[:80] for r in records if r.kind == "prompt"), "")
+    prompt = prompt_line(records)
     return {"name": name, "path": path, "kind": kind, "size": info.st_size,
             "modified": strftime("%Y-%m-%dT%H:%M:%SZ", gmtime(info.st_mtime)),
             "first_prompt": prompt, "_id": (info.st_dev, info.st_ino)}

@@ -32,7 +32,7 @@ import subprocess
 
 from nagent_fs import atomic_write, existing_mode
 from nagent_install import HELPERS_DIR, TOOLS, scripts_dir
-from nagent_paths import nagent_home, within
+from nagent_paths import absolute_path_value, nagent_home, within
 from nagent_config import child_key_names
 from nagent_secrets import is_secret_name, scrubbed_env
 from nagent_terminal_text import one_line
@@ -105,8 +105,7 @@ def description_environ(environ, secret_names=None):
     env = scrubbed_env(environ, child_key_names(environ, secret_names))
     env = {name: value for name, value in env.items() if not is_secret_name(name)}
     # Relative PATH entries would resolve against the tool's directory, where it runs.
-    env["PATH"] = os.pathsep.join(part for part in env.get("PATH", "").split(os.pathsep)
-                                  if os.path.isabs(part))
+    env["PATH"] = absolute_path_value(env.get("PATH"))
     return env
 
 

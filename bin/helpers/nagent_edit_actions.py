@@ -1,7 +1,7 @@
 """<nagent-replace> and <nagent-file-edit>: the edit routes of the loop, and what they changed.
 
 Data contract:
-- `execute_replace(action, ctx) -> ActionOutcome`. The body's pairs (nagent_replace, the one
+- `execute_replace(action, ctx, target=None) -> ActionOutcome`. The body's pairs (nagent_replace, the one
   rule) are applied, all or none:
   * here (`replace_in_place`) to a path the session may write (nagent_write_policy under
     `write_mode_now`: temp files in the main conversation; in a per-file session its target, the
@@ -15,12 +15,13 @@ Data contract:
   The result `<nagent-replace-result path=.. status="ok" [conversation=..]>` says "replaced N
   pair(s) in PATH (+a −r)" and carries a short diff; a refusal says why (how many matches, the
   closest lines) and nothing is written.
-- `replace_in_place(raw, pairs, ctx, expect_sha256=None) -> Replaced(path, pairs, before, after,
-  change)`: read once (refused unless it has `expect_sha256` when one is given), applied,
-  written atomically only while the file still holds the bytes it was read as
-  (write_file_atomic's expect_sha256): a change racing it is refused, nothing written.
+- `replace_in_place(raw, pairs, ctx, expect_sha256=None, expected=None) -> Replaced(path, pairs,
+  before, after, change)`: read once (refused unless it has `expect_sha256` when one is given),
+  applied, written atomically only while the file still holds the bytes it was read as
+  (write_file_atomic's expect_sha256) and, with `expected` (the path the action hook allowed),
+  while the path resolves to it: a change racing it is refused, nothing written.
   Raises NagentError (RefusedError "replace refused" with the rule's reason).
-- `file_edit_job(action, ctx) -> nagent_action_batch.Planned | ActionOutcome`: a <nagent-file-edit> in
+- `file_edit_job(action, ctx, target=None) -> nagent_action_batch.Planned | ActionOutcome`: a <nagent-file-edit> in
   the main conversation runs `nagent-file-edit --file REAL -` (instruction on stdin) as the
   driver's own child (a fork of the driver: its SDK is loaded already), like a sub-agent: the
   driver's environment (the session's credentials), its pid, provider, model and shell settings,
@@ -29,8 +30,10 @@ Data contract:
   target) or the depth limit end it with an error result. Its result `<nagent-file-edit-result path conversation tokens_in tokens_out
   calls>` has exit_code, the session's answer (or error) and the diff the driver saw; its totals
   fold into the run's (a session that timed out counts what its conversation recorded meanwhile).
-- `edit_target_of(raw, ctx)`: nagent_write_policy.edit_target under the working directory, the
-  project root (nagent_project) and the temp roots, the repository's git directory excluded.
+- `edit_target_of(raw, ctx, target=None)`: nagent_write_policy.edit_target under the working
+  directory, the project root (nagent_project) and the temp roots, the repository's git
+  directory excluded; with `target` (nagent_action_targets: what the action hook was shown), a
+  path that now names another file is refused.
 - `observe(path, ctx)` / `observed(outcome, snap, ctx)`: a snapshot before an action and the
   outcome with the file's change added after it (nagent_file_change).
 """
@@ -74,15 +77,21 @@ def observed(outcome, snap, ctx):
     return replace(outcome, changes=outcome.changes + (change,)) if change else outcome
 
 
-def edit_target_of(raw, ctx):
+def edit_target_of(raw, ctx, target=None):
     """The realpath of an edit target of the main conversation (write_policy.edit_target): in
-    the working directory, the project root or a temp root, not in the git directory."""
+    the working directory, the project root or a temp root, not in the git directory; with
+    `target` (what the action hook was shown, nagent_action_targets), the same file or a
+    RefusedError."""
     project = find_project(ctx.cwd, ctx.environ, ctx.secret_names)
     roots = [os.path.realpath(ctx.cwd)] + ([project.root] if project else [])
     excluded = (os.path.realpath(project.git_dir), os.path.join(project.root, ".git")) \
         if project else ()
-    return edit_target(raw, ctx.cwd, tuple(roots) + temp_roots(ctx.environ, ctx.cwd), ctx.environ,
+    real = edit_target(raw, ctx.cwd, tuple(roots) + temp_roots(ctx.environ, ctx.cwd), ctx.environ,
                        excluded)
+    if target is not None and real != target.real:
+        raise RefusedError("not an edit target", raw, f"the path changed after the action hook "
+                           f"allowed it: it allowed {target.real}, the path now names {real}")
+    return real
 
 
 def short_diff(text):
@@ -118,7 +127,7 @@ def _read_for_replace(final):
         return handle.read()
 
 
-def replace_in_place(raw, pairs, ctx, expect_sha256=None):
+def replace_in_place(raw, pairs, ctx, expect_sha256=None, expected=None):
     mode = write_mode_now(ctx)
     final = validate_write_path(raw, mode, ctx.cwd, ctx.environ)
     data = _read_for_replace(final)
@@ -133,7 +142,7 @@ def replace_in_place(raw, pairs, ctx, expect_sha256=None):
                            "nothing was written; copy <old> exactly from the file") from None
     shown_before = None if within_any(final, temp_roots(ctx.environ, ctx.cwd), inclusive=True) \
         else Snapshot(final, data, digest)
-    write_file_atomic(raw, after, mode, ctx.cwd, ctx.environ, expect_sha256=digest)
+    write_file_atomic(raw, after, mode, ctx.cwd, ctx.environ, expect_sha256=digest, expected=expected)
     refresh_target_id(final, ctx)
     return Replaced(final, pairs, data, after, change_since(shown_before, ctx.cwd))
 
@@ -152,7 +161,7 @@ def replace_block(raw, done, cwd, conversation=None):
     return result_block("nagent-replace-result", f"{text}\ndiff:\n{short_diff(diff)}", attrs)
 
 
-def execute_replace(action, ctx):
+def execute_replace(action, ctx, target=None):
     raw = action.attr("path", "")
     try:
         pairs = parse_pairs(action.body)
@@ -162,19 +171,19 @@ def execute_replace(action, ctx):
         try:
             validate_write_path(raw, ctx.write_mode, ctx.cwd, ctx.environ)
         except RefusedError:   # not a temp file: a project file, for its per-file session
-            return _replace_through_session(action, raw, ctx)
+            return _replace_through_session(action, raw, ctx, target)
     try:
-        done = replace_in_place(raw, pairs, ctx)
+        done = replace_in_place(raw, pairs, ctx, expected=None if target is None else target.real)
     except NagentError as error:
         return error_block("nagent-replace-result", error_text(error), {"path": raw})
     outcome = ActionOutcome(replace_block(raw, done, ctx.cwd))
     return replace(outcome, changes=(done.change,)) if done.change else outcome
 
 
-def _replace_through_session(action, raw, ctx):
+def _replace_through_session(action, raw, ctx, target=None):
     """A project file's replace from the main conversation: its per-file session applies it."""
     try:
-        real = edit_target_of(raw, ctx)
+        real = edit_target_of(raw, ctx, target)
     except NagentError as error:
         return error_block("nagent-replace-result", error_text(error), {"path": raw})
     args = ["--file", real, "--replace-file", "-", *delegated_args(ctx), *setting_args(ctx.settings)]
@@ -223,7 +232,7 @@ def _conversation_totals(real, ctx):
     return (totals if isinstance(totals, dict) else {}), record["conversation"]
 
 
-def file_edit_job(action, ctx):
+def file_edit_job(action, ctx, target=None):
     raw = action.attr("path", "")
     attrs = {"path": raw}
     if ctx.write_mode.kind == "file-edit":
@@ -233,7 +242,7 @@ def file_edit_job(action, ctx):
         return error_block("nagent-file-edit-result", f"nesting limit ({ctx.max_depth}) reached; "
                            "make this change with <nagent-replace>", attrs)
     try:
-        real = edit_target_of(raw, ctx)
+        real = edit_target_of(raw, ctx, target)
     except NagentError as error:
         return error_block("nagent-file-edit-result", error_text(error), attrs)
     args = ["--file", real, *delegated_args(ctx), *setting_args(ctx.settings), "-"]

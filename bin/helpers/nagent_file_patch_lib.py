@@ -16,13 +16,16 @@ Data contract:
   (a missing one is an InputError; merged bytes must be UTF-8) -> no difference: "unchanged",
   nothing written -> write `<index dir>/patches/<UTC stamp>-<n>.patch` (unified diff with
   `a/<name>` / `b/<name>` headers, original line endings kept) -> unless `dry_run`, replace the
-  source atomically (temp file + fsync + rename, permission bits kept) and rewrite index.json
+  source atomically through its directory opened without following links
+  (nagent_fs.replace_nofollow: the hash re-checked on the bytes read there, permission bits
+  kept; a link swapped onto the path meanwhile is RefusedError, nothing written) and rewrite index.json
   with the new source hash/size/lines and per-segment offsets, lines, hashes and "mid_line"
   (from the new bytes); a summary stays while its segment is unchanged, "inside" while the
   segments from its construct's head to it are, "cut_at" while the segment still ends inside a
   line and every segment holding that line is unchanged (else they are dropped, never guessed).
 """
 import difflib
+import errno
 import os
 from bisect import bisect_right
 from datetime import datetime, timezone
@@ -30,7 +33,7 @@ from itertools import accumulate
 
 from nagent_errors import InputError, RefusedError
 from nagent_file_split_lib import load_index, now_iso, read_source, resolve_index_path, write_index
-from nagent_fs import atomic_write, sha256_bytes
+from nagent_fs import open_dir_nofollow, replace_nofollow, sha256_bytes
 
 PATCH_DIR = "patches"
 CONTEXT_LINES = 3
@@ -209,10 +212,9 @@ def unified_diff(a, b, codes, name, context=CONTEXT_LINES):
 def write_patch_artifact(directory, data, now=None):
     """Create `<directory>/patches/<UTC stamp>-<n>.patch` without overwriting; returns its path."""
     folder = os.path.join(directory, PATCH_DIR)
-    os.makedirs(folder, exist_ok=True)
     try:
-        # No symlink as patches/: it would carry the artifact out of the split's directory.
-        dir_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        # No link as patches/ or on the way: it would carry the artifact out of the split.
+        dir_fd = open_dir_nofollow(folder, make=lambda child: child == folder)
     except OSError as error:
         raise RefusedError("patch directory is a symlink or not a directory", folder,
                            error.strerror) from None
@@ -369,7 +371,7 @@ def check_expected(index, source, expect, path):
 def patch_from_index(index_path, dry_run=False, force=False, authorize=None, expect=None):
     path = resolve_index_path(index_path)
     index = load_index(path)
-    directory = os.path.dirname(path)
+    directory = os.path.dirname(os.path.realpath(path))   # written through, never re-resolved
     source = os.path.realpath(index["source"])
     if expect is not None:
         check_expected(index, source, expect, path)
@@ -401,12 +403,20 @@ def patch_from_index(index_path, dry_run=False, force=False, authorize=None, exp
                   status="dry-run" if dry_run else "applied")
     if dry_run:
         return result
-    if not force and sha256_bytes(read_source(source)[1]) != index["source_sha256"]:
-        raise RefusedError("source changed while patching", source, "run nagent-file-patch again")
+    def unchanged(current):   # read through the directory the write goes through
+        if not force and sha256_bytes(current) != index["source_sha256"]:
+            raise RefusedError("source changed while patching", source, "run nagent-file-patch again")
     try:
-        atomic_write(source, new)
+        replace_nofollow(source, new, check=unchanged)
     except OSError as error:
+        if error.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise RefusedError("patch refused", source, f"a link was put on its path while patching, "
+                               f"at {error.filename}; nothing written") from None
         raise InputError("cannot write source file", source, error.strerror) from None
-    write_index(directory, refreshed_index(index, parts, digests, new))
+    try:
+        write_index(directory, refreshed_index(index, parts, digests, new), follow_links=False)
+    except OSError as error:
+        raise InputError("source patched, but its index.json could not be rewritten", directory,
+                         f"{error.strerror or error}; split the file again") from None
     result["source_sha256"] = sha256_bytes(new)
     return result

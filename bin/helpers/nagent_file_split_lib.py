@@ -37,7 +37,7 @@ import shutil
 from datetime import datetime, timezone
 
 from nagent_errors import InputError, RefusedError, UsageError
-from nagent_fs import atomic_write, regular_file_stat, sha256_bytes
+from nagent_fs import atomic_write, open_dir_nofollow, regular_file_stat, sha256_bytes, write_in_dir
 from nagent_split_lexers import invalid_utf8_at
 from nagent_splitters import LANGUAGES, looks_like_cpp, split_ranges
 
@@ -165,10 +165,19 @@ def segment_records(data, segments, names):
     return records
 
 
-def write_index(directory, index):
+def write_index(directory, index, follow_links=True):
+    """`directory`/index.json, atomically; with follow_links=False `directory` is a resolved path
+    opened without following any link (nagent_fs.open_dir_nofollow): one swapped in is refused."""
     data = (json.dumps(index, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
     path = os.path.join(directory, INDEX_NAME)
-    atomic_write(path, data)
+    if follow_links:
+        atomic_write(path, data)
+        return path
+    dir_fd = open_dir_nofollow(directory)
+    try:
+        write_in_dir(dir_fd, INDEX_NAME, data)
+    finally:
+        os.close(dir_fd)
     return path
 
 

@@ -15,20 +15,22 @@ limit):
   object it printed. A tool's own error (an `Error:` line or a JSON error object) is raised as
   the matching NagentError; a crash, a signal, a timeout, output that is not one JSON object, or
   more than MAX_OUTPUT bytes raise NagentError("<name> failed: ...").
-- `split_for_read(path, ctx) -> SplitOutcome(index_path, index, reused, notes)`: reuses the
+- `split_for_read(path, ctx, fd=None) -> SplitOutcome(index_path, index, reused, notes)`: with
+  `fd`, the file that descriptor holds is the source (its path from /proc, its hash from the
+  descriptor); a split whose bytes hash to anything but the checked file is an error. Reuses the
   newest split nagent made of this source when the source still has the recorded sha256, the
   split's directory is still private and inside a temp root, and its index.json and every
   segment still match the record; otherwise splits
   afresh into a new private directory. Older splits of the source with unmerged edits are kept
   and named in `notes`; those without are deleted. Binary files and files over SPLIT_MAX_BYTES
   are refused (InputError) before anything is read whole.
-- `patch_registered(index_path, ctx) -> dict`: the tool's JSON result. Refused (RefusedError,
+- `registered_source(index_path, ctx)` -> the source the registry says a patch of that index
+  replaces, or None (what the action hook and the permission rules judge a patch by). `patch_registered(index_path, ctx, shown, expect_source=None) -> dict`: the
+  tool's JSON result. Refused (RefusedError, also when the source is not `expect_source`,
   nothing run) unless the index is one nagent made in this conversation, its directory is still
   private, its index.json is byte for byte what was recorded, and the recorded source is
   writable in the current mode; the tool is told the recorded source and hash
   (--expect-source/--expect-sha256). After "applied" the registry takes the new hashes.
-- `registered_source(index_path, ctx)`: the recorded source of that split, or None (what the
-  permission rules judge a patch by).
 - `describe_split(outcome) -> str`: the result text the model reads: one line per segment
   (`- path: lines a-b, n bytes`, then `; starts|ends|starts and ends mid-line (cut ...)` and
   `; inside: <construct's first line>` when the splitter recorded them).
@@ -45,7 +47,7 @@ import nagent_split_registry as registry_lib
 from nagent_install import tool_target
 from nagent_errors import EXIT_CODES, InputError, NagentError, RefusedError
 from nagent_file_split_lib import INDEX_NAME, load_index
-from nagent_fs import file_id, file_id_for_path, regular_file_stat, sha256_file
+from nagent_fs import file_id, file_id_for_path, opened_path, regular_file_stat, sha256_fd, sha256_file
 from nagent_paths import within_any
 from nagent_terminal_text import escape
 from nagent_write_policy import scratch_root, temp_roots, validate_patch_source
@@ -187,10 +189,18 @@ def looks_binary(path):
         return b"\x00" in handle.read(BINARY_SNIFF_BYTES)
 
 
-def _check_splittable(path):
-    real, st = regular_file_stat(path)
+def _check_splittable(path, fd=None):
+    """(realpath, source_id, sha256) of a file that may be split; with `fd`, of the file that
+    descriptor holds (the one an action hook was shown), never of what the path names now."""
     try:
-        binary = looks_binary(real)
+        if fd is None:
+            real, st = regular_file_stat(path)
+            binary = looks_binary(real)
+            digest = None
+        else:
+            real, st = opened_path(fd) or os.path.realpath(path), os.fstat(fd)
+            binary = b"\x00" in os.pread(fd, BINARY_SNIFF_BYTES, 0)
+            digest = sha256_fd(fd)
     except OSError as error:
         raise InputError("cannot read file", path, error.strerror or str(error)) from None
     if binary:
@@ -199,7 +209,12 @@ def _check_splittable(path):
     if st.st_size > SPLIT_MAX_BYTES:
         raise InputError(f"file is too large to split ({st.st_size} bytes, limit {SPLIT_MAX_BYTES})",
                          path, "read parts of it with a shell command such as head, tail or grep")
-    return real, file_id(st)
+    if digest is None:
+        try:
+            digest = sha256_file(real)
+        except OSError as error:
+            raise InputError("cannot read file", path, error.strerror or str(error)) from None
+    return real, file_id(st), digest
 
 
 def _state_dir(ctx):
@@ -234,7 +249,7 @@ def _retire(registry, entries):
     return tuple(notes)
 
 
-def _new_split(registry, real, source_id, ctx):
+def _new_split(registry, real, source_id, ctx, expect_sha256):
     root = registry_lib.ensure_root(registry, scratch_root(ctx.environ, ctx.cwd),
                                     temp_roots(ctx.environ, ctx.cwd))
     directory = registry_lib.new_split_dir(root, real)
@@ -243,6 +258,11 @@ def _new_split(registry, real, source_id, ctx):
         if data.get("source") != real or not isinstance(data.get("segments"), list):
             raise NagentError("nagent-file-split failed: its result does not describe the file",
                               str(data.get("source")))
+        if data.get("source_sha256") != expect_sha256:
+            # The tool opens the path itself: what it split must be the file nagent checked
+            # (and, for an action, holds open), or the registry would pair one file's id and
+            # another's bytes.
+            raise InputError("the file changed while nagent split it", real, "read it again")
         index_path = os.path.join(directory, INDEX_NAME)
         names = [seg.get("file") if isinstance(seg, dict) else None for seg in data["segments"]]
         entry = registry_lib.entry_from_files(real, source_id, directory, index_path, names,
@@ -254,12 +274,8 @@ def _new_split(registry, real, source_id, ctx):
     return entry, index
 
 
-def split_for_read(path, ctx):
-    real, source_id = _check_splittable(path)
-    try:
-        digest = sha256_file(real)
-    except OSError as error:
-        raise InputError("cannot read file", path, error.strerror or str(error)) from None
+def split_for_read(path, ctx, fd=None):
+    real, source_id, digest = _check_splittable(path, fd)
     state_dir = _state_dir(ctx)
     registry = registry_lib.load(state_dir)
     earlier = registry_lib.splits_of(registry, real)
@@ -270,7 +286,7 @@ def split_for_read(path, ctx):
             registry_lib.save(state_dir, registry)
         return SplitOutcome(entry["index"], load_index(entry["index"]), True)
     try:
-        entry, index = _new_split(registry, real, source_id, ctx)
+        entry, index = _new_split(registry, real, source_id, ctx, digest)
     finally:
         registry_lib.save(state_dir, registry)   # a new private root is recorded even on failure
     notes = _retire(registry, earlier)
@@ -326,27 +342,32 @@ def _refuse(shown, reason):
     return RefusedError("patch refused", shown, reason)
 
 
+def _registered(index_path, ctx):
+    """(registry, entry or None) of the split whose index `index_path` names."""
+    real = os.path.realpath(index_path)
+    if os.path.isdir(real):
+        real = os.path.join(real, INDEX_NAME)
+    registry = registry_lib.load(_state_dir(ctx))
+    return registry, registry_lib.find_by_index(registry, real)
+
+
 def registered_source(index_path, ctx):
-    """The source file of the split nagent made whose index is `index_path` (its own registry's
-    record), or None when it made none."""
-    real = os.path.realpath(index_path)
-    if os.path.isdir(real):
-        real = os.path.join(real, INDEX_NAME)
-    entry = registry_lib.find_by_index(registry_lib.load(_state_dir(ctx)), real)
-    return entry["source"] if entry else None
+    """The source file a patch of `index_path` would replace, from nagent's registry; None when
+    the index is not a split nagent made in this conversation."""
+    entry = _registered(index_path, ctx)[1]
+    return None if entry is None else entry["source"]
 
 
-def patch_registered(index_path, ctx, shown=None):
+def patch_registered(index_path, ctx, shown=None, expect_source=None):
     shown = index_path if shown is None else shown
-    real = os.path.realpath(index_path)
-    if os.path.isdir(real):
-        real = os.path.join(real, INDEX_NAME)
     state_dir = _state_dir(ctx)
-    registry = registry_lib.load(state_dir)
-    entry = registry_lib.find_by_index(registry, real)
+    registry, entry = _registered(index_path, ctx)
     if entry is None:
         raise _refuse(shown, "not a split nagent made in this conversation: read the file with "
                              "<nagent-file-read> and edit the segments of the split it lists")
+    if expect_source is not None and entry["source"] != expect_source:
+        raise _refuse(shown, f"the split now patches {entry['source']}, not the {expect_source} "
+                             "the action hook allowed")
     validate_patch_source(entry["source"], ctx.write_mode, ctx.environ, ctx.cwd)
     unsafe = registry_lib.split_dir_problem(entry["directory"])
     if unsafe:

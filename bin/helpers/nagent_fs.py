@@ -11,7 +11,8 @@ Data contract:
 - `write_unique(base, data, mode=0o600) -> path` writes a NEW file at `base`, or `base-2`,
   `base-3`, ... when taken (atomically, exclusively); InputError after 9999 names.
 - `existing_mode(path, default)`: the permission bits of `path`, or `default` if it is missing.
-- `sha256_bytes(data) -> hex`, `sha256_file(path) -> hex` (read in 1 MiB chunks; OSError raised).
+- `sha256_bytes(data) -> hex`, `sha256_file(path) -> hex`, `sha256_fd(fd) -> hex` (read in 1 MiB
+  chunks; OSError raised).
 - `regular_file_stat(path, directory=(what, fix)) -> (realpath, os.stat_result)` of a path that
   resolves to a regular file; else InputError naming `path` as given: "file not found",
   "cannot read file", `what`/`fix` for a directory, "not a regular file".
@@ -29,6 +30,23 @@ Data contract:
   file; None for anything else (a symlink is not followed, a FIFO never blocks) or when it
   cannot be read. For small state files other processes of the user can plant (run files, inbox
   messages). `read_json_object(path, limit)` is that file's JSON object (a dict), or None.
+- `open_dir_nofollow(path, make=None) -> fd`: the directory at the absolute, resolved `path`,
+  opened component by component from "/" with O_NOFOLLOW, so a link anywhere on the way (one
+  swapped in after the path was checked) is never followed: OSError ELOOP/ENOTDIR, with
+  `filename` the component. A missing component is created (0700) when `make(component path)`
+  says so, else ENOENT.
+- `write_in_dir(dir_fd, name, data, mode=None, check=None)`: `data` replaces (or creates) entry
+  `name` of that open directory atomically (a temp file there, fsync, rename, fsync of the
+  directory), with permission bits `mode` (None: 0o666 minus the umask); `check()`, called right
+  before the rename, may raise to stop (the temp file is removed).
+- `replace_nofollow(path, data, check=None)`: the regular file at the resolved `path` is
+  replaced with `data` through its directory opened by open_dir_nofollow, keeping its
+  permission bits; `check(current bytes)`, read through that same directory, may raise to
+  stop first. A link on the way or as the file itself: OSError ELOOP, nothing written. The one
+  writer for tools that replace a file nagent checked by path (nagent-file-patch).
+- `opened_path(fd) -> str | None`: the path of the file an open descriptor holds, as the kernel
+  names it now (/proc/self/fd: links and ".." resolved); None without /proc. The one way nagent
+  learns what it actually opened, to check the object it holds instead of a path looked up twice.
 Only cheap stdlib is imported at module level; hashlib loads on the first digest.
 """
 import errno
@@ -168,9 +186,114 @@ def read_json_object(path, limit):
     return value if isinstance(value, dict) else None
 
 
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def open_dir_nofollow(path, make=None):
+    fd = os.open("/", _DIR_FLAGS)
+    current = "/"
+    try:
+        for part in [p for p in path.split("/") if p]:
+            child = os.path.join(current, part)
+            try:
+                try:
+                    next_fd = os.open(part, _DIR_FLAGS, dir_fd=fd)
+                except FileNotFoundError:
+                    if make is None or not make(child):
+                        raise
+                    try:
+                        os.mkdir(part, 0o700, dir_fd=fd)
+                    except FileExistsError:
+                        pass
+                    next_fd = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            except OSError as error:
+                error.filename = child
+                raise
+            os.close(fd)
+            fd, current = next_fd, child
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def write_in_dir(dir_fd, name, data, mode=None, check=None):
+    mode = 0o666 & ~_umask() if mode is None else mode
+    temp_name = f".nagent-{os.urandom(8).hex()}.tmp"
+    try:
+        fd = os.open(temp_name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o600, dir_fd=dir_fd)
+        try:
+            os.fchmod(fd, mode)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        if check is not None:
+            check()   # last look at the file being replaced, right before the rename
+        os.replace(temp_name, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        temp_name = None
+        os.fsync(dir_fd)
+    finally:
+        if temp_name is not None:
+            try:
+                os.unlink(temp_name, dir_fd=dir_fd)
+            except OSError:
+                pass
+
+
+def replace_nofollow(path, data, check=None):
+    parent, name = os.path.split(path)
+    dir_fd = open_dir_nofollow(parent)
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                raise OSError(errno.EINVAL, "not a regular file", path)
+            current = _read_all(fd)
+        finally:
+            os.close(fd)
+        if check is not None:
+            check(current)
+        write_in_dir(dir_fd, name, data, stat.S_IMODE(info.st_mode))
+    finally:
+        os.close(dir_fd)
+
+
+def _read_all(fd):
+    parts = []
+    while True:
+        part = os.read(fd, _CHUNK)
+        if not part:
+            return b"".join(parts)
+        parts.append(part)
+
+
+def opened_path(fd):
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return None
+
+
 def sha256_bytes(data):
     import hashlib
     return hashlib.sha256(data).hexdigest()
+
+
+def sha256_fd(fd):
+    """sha256 of everything an open regular file holds, read with pread (the offset stays)."""
+    import hashlib
+    digest, offset = hashlib.sha256(), 0
+    while True:
+        chunk = os.pread(fd, _CHUNK, offset)
+        if not chunk:
+            return digest.hexdigest()
+        digest.update(chunk)
+        offset += len(chunk)
 
 
 def sha256_file(path):

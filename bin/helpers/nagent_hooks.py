@@ -27,14 +27,20 @@ Data contract:
   `max_gate_refusals` refusals were counted in this run (`run.gate_refusals`), else None (the
   loop continues). `refusal_view(hook_run)` is what the live view says about it: how the hook
   ended, then the first lines of its output.
-- `action_payload(action, ctx)` -> the JSON object an action hook reads on stdin: kind, mode
-  (the session's write mode: main or file-edit), cwd, conversation, and per kind `path` (and
-  `resolved_path`) for read, file-read, write, file-patch (its index), replace and file-edit,
-  `content` for write, `pairs` ([{old, new}]) for replace, `instruction` for file-edit,
-  `command` for shell, `task` for agent. `check_action(action, ctx)` -> HookRun, or None when no
-  action hook is configured or the action is a <nagent-next>.
+- `action_payload(action, ctx, target=None)` -> the JSON object an action hook reads on stdin:
+  kind, mode (the session's write mode: main or file-edit), cwd, conversation, and per kind
+  `path` as the model wrote it and `resolved_path` for read, file-read, write, file-patch (its
+  index), replace and file-edit: the pinned target's real path (nagent_action_targets: the file
+  a read opened before the hook, the path a write replaces, the file an edit changes), which the
+  action then uses; a file-patch of a split nagent made also has `source`, the file the patch
+  replaces. `content` for write, `pairs` ([{old, new}]) for replace, `instruction` for
+  file-edit, `command` for shell, `task` for agent. `check_action(action, ctx, target=None)` ->
+  HookRun, or None when no action hook is configured or the action is a <nagent-next>.
 """
 from collections import namedtuple
+
+from nagent_paths import resolved
+from nagent_protocol_blocks import frame_data
 
 OUTPUT_CAP = 16 * 1024
 HOOKED_ACTIONS = ("read", "file-read", "file-patch", "write", "shell", "agent", "replace",
@@ -152,8 +158,9 @@ def run_hook(command, stdin_text, cwd, environ, timeout, hook="response", extra_
 # -- the response gate ------------------------------------------------------------------------
 
 def refusal_note(hook_run):
+    # The hook's output is data (test logs quoting files): framed, it cannot end the note.
     return ("<system>The response hook (" + hook_run.command + ") did not accept your final "
-            f"response ({hook_run.describe()}). Its output:\n{hook_run.output()}\n"
+            f"response ({hook_run.describe()}). Its output:\n{frame_data(hook_run.output())}\n"
             "Address this, then give your final <nagent-response> again.</system>")
 
 
@@ -189,14 +196,17 @@ def gate_response(run, text):
 
 # -- the action hook --------------------------------------------------------------------------
 
-def action_payload(action, ctx):
+def action_payload(action, ctx, target=None):
     import os
     payload = {"kind": action.kind, "mode": getattr(ctx.write_mode, "kind", "main"),
                "cwd": ctx.cwd, "conversation": ctx.conversation}
     raw = action.attr("index" if action.kind == "file-patch" else "path")
     if action.kind in ("read", "file-read", "write", "file-patch", "replace", "file-edit"):
         payload["path"] = raw or ""
-        payload["resolved_path"] = os.path.normpath(os.path.join(ctx.cwd, raw or ""))
+        payload["resolved_path"] = (target.real if target is not None
+                                    else resolved(os.path.join(ctx.cwd, raw or "")))
+        if target is not None and target.source:
+            payload["source"] = target.source
     if action.kind == "write":
         payload["content"] = action.body
     elif action.kind == "replace":
@@ -212,11 +222,11 @@ def action_payload(action, ctx):
     return payload
 
 
-def check_action(action, ctx):
+def check_action(action, ctx, target=None):
     import json
     settings = ctx.settings
     if settings is None or not settings.hooks.action or action.kind not in HOOKED_ACTIONS:
         return None
-    return run_hook(settings.hooks.action, json.dumps(action_payload(action, ctx)), ctx.cwd,
+    return run_hook(settings.hooks.action, json.dumps(action_payload(action, ctx, target)), ctx.cwd,
                     ctx.environ, settings.hooks.timeout, "action",
                     {"NAGENT_CONVERSATION": ctx.conversation}, ctx.secret_names)

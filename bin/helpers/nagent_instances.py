@@ -22,10 +22,12 @@ Data contract
 * `RunFile(path, record)`: `RunFile.create(environ, **fields)` writes it, `update(**changes)`
   rewrites it only when something changed, `remove()` deletes it (idempotent). Failures to
   write are ignored: a run never fails because its run file could not be kept.
-* `list_instances(environ)` -> the run files of live processes, oldest first. A file whose pid
-  is gone, or whose pid now belongs to another process (start ticks differ), is stale: it is
-  removed on the way (so is a leftover temp file of a dead writer). Unreadable or malformed
-  files are skipped (and removed once their pid is dead).
+* `list_instances(environ)` -> the run files of running nagents, oldest first. A file is stale,
+  and removed on the way, unless its pid lives with the start ticks it records (a file without
+  them, or whose pid now belongs to another process, names no run) AND that process holds the
+  lock of the conversation it names (nagent_conversation_lock.is_busy): the file is nagent's
+  word, the lock is the fact. A leftover temp file of a dead writer is removed too. Unreadable
+  or malformed files are skipped (and removed once their pid is dead).
 * `instance_tree(instances)` -> roots, each a copy with "children" (the same shape), children
   under the instance whose pid is their parent_pid (else whose conversation is their
   parent_conversation); an instance whose parent is not running is a root.
@@ -38,6 +40,7 @@ import json
 import os
 import time
 
+from nagent_conversation_lock import is_busy
 from nagent_fs import atomic_write, read_json_object
 from nagent_paths import nagent_home
 from nagent_pids import start_ticks
@@ -107,10 +110,14 @@ class RunFile:
                 pass
 
 
-def _alive(pid, ticks):
-    """True while `pid` is the process that wrote the file (same start ticks)."""
-    now = start_ticks(pid)
-    return now is not None and (ticks is None or now == ticks)
+def _running(record):
+    """True while the run file's pid is the process that wrote it (the same start ticks: a file
+    without them names no process) and that process holds its conversation's lock (a live pid
+    alone says nothing: a file can name any process)."""
+    ticks, conversation = record.get("start_ticks"), record.get("conversation")
+    if not isinstance(ticks, int) or isinstance(ticks, bool) or start_ticks(record["pid"]) != ticks:
+        return False
+    return isinstance(conversation, str) and os.path.isabs(conversation) and is_busy(conversation)
 
 
 def _temp_pid(name):
@@ -149,8 +156,8 @@ def list_instances(environ=None):
             if start_ticks(pid) is None:
                 _remove(path)
             continue
-        if not _alive(pid, record.get("start_ticks")):
-            _remove(path)   # a crashed run, or a pid taken by another process since
+        if not _running(record):
+            _remove(path)   # a crashed run, a pid taken by another process since, or no run
             continue
         found.append(record)
     found.sort(key=lambda item: (item.get("started_at") or 0, item["pid"]))

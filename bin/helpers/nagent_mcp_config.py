@@ -18,8 +18,10 @@ Data contract:
 - `resolve(spec, environ) -> Resolved`: the spec with `${VAR}` expanded in command, args, env,
   url and headers, read from `environ`. `secrets` are the inserted values that look secret (the
   variable's or the env/header key's name is secret by nagent_secrets.is_secret_name, the one
-  rule; values pass through nagent_secrets.redactable), so output and errors can redact them
-  without blanking ordinary paths.
+  rule) and every value under a secret-named env/header key however it was written (a literal,
+  a default: its last word, the credential of "Bearer TOKEN"); values pass through
+  nagent_secrets.redactable, so output and errors can redact them without blanking ordinary
+  paths.
 - `display_url(url)`: the url as messages may show it (no userinfo, no query).
 - `process_env(resolved, base_env) -> dict`: a stdio server's environment: `base_env` (the
   caller passes the shell's scrubbed environment: no provider keys) plus its configured env.
@@ -130,6 +132,10 @@ def resolve(spec, environ):
         value, inserted = expand(text, environ, f"mcp_servers.{spec.name}.{where}")
         secrets.extend(found for name, found in inserted
                        if is_secret_name(name) or is_secret_name(key))
+        if is_secret_name(key) and value.strip():
+            # Under a secret name the value is a secret however it was written (a literal, a
+            # default): its last word, the credential of "Bearer TOKEN".
+            secrets.append(value.rsplit(None, 1)[-1])
         return value
 
     env = {key: one(value, f"env.{key}", key) for key, value in spec.env}

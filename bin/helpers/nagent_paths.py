@@ -20,7 +20,19 @@ Data contract:
   whose executables run at the next context build, cache) and the NAGENT_CONFIG file
   (config_file). `in_nagent_state(real, environ)` tells whether a resolved path is one of them
   or inside one (a missing HOME counts as "/" so nothing passes by accident).
-  Nothing here creates directories or touches the filesystem beyond resolving links.
+- `resolved(path)` -> os.path.realpath(path), or the path normalised as written when the kernel
+  refuses to resolve it (a loop, a link swapped while it is read: realpath raises EINVAL):
+  for callers that must name a path and never fail on it.
+- `too_wide(directory, home)` -> how to name `directory` when it holds everything of the user
+  ("/", "the home directory D", "D, which holds the home directory,"), else None: the one rule
+  behind "never a project root" (nagent_project) and "never snapshotted" (nagent_snapshots).
+- `absolute_path_value(value)` -> a PATH value with only its absolute entries: a relative or
+  empty entry names the working directory, where a cloned repository's executables lie. The
+  one rule for every program nagent itself looks up by name (git) and for the PATH of a
+  --description run; `find_program(name, path_value)` -> the first executable regular file
+  `name` in those entries, or None.
+  Nothing here creates directories or touches the filesystem beyond resolving links and
+  checking for an executable.
 """
 import os
 
@@ -80,3 +92,32 @@ def nagent_state_roots(environ=None):
 
 def in_nagent_state(real, environ=None):
     return within_any(real, nagent_state_roots(environ), inclusive=True)
+
+
+def resolved(path):
+    try:
+        return os.path.realpath(path)
+    except (OSError, ValueError):
+        return os.path.normpath(path)
+
+
+def too_wide(directory, home):
+    if directory == "/":
+        return "/"
+    if directory == home:
+        return f"the home directory {directory}"
+    if within(home, directory):
+        return f"{directory}, which holds the home directory,"
+    return None
+
+
+def absolute_path_value(value):
+    return os.pathsep.join(part for part in (value or "").split(os.pathsep) if os.path.isabs(part))
+
+
+def find_program(name, path_value):
+    for part in absolute_path_value(path_value).split(os.pathsep):
+        candidate = os.path.join(part, name)
+        if part and os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    return None

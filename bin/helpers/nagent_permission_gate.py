@@ -2,9 +2,10 @@
 (nagent_policy), the terminal (nagent_approval) and the handlers (nagent_actions, nagent_shell).
 
 Data contract (`ctx` is nagent_actions.ActionContext; ctx.policy a nagent_policy.Policy):
-- `check_permission(action, ctx) -> str | None`: for read, file-read, write, file-patch (its
-  target: the source of the split in nagent's own registry), replace and file-edit: the path
-  rules and plan mode (nagent_policy.path_verdict). None: go on. A str: the refusal the
+- `check_permission(action, ctx, ask, target=None) -> str | None`: for read, file-read, write,
+  file-patch (its target: the source of the split in nagent's own registry), replace and
+  file-edit: the path rules and plan mode (nagent_policy.path_verdict), judged on `target`
+  (nagent_action_targets.pin_target: the file the action will then use) when given. None: go on. A str: the refusal the
   action's result carries (`✗ denied by rule NAME (FILE)` ...). A rule that asks asks on the
   terminal; no terminal refuses, saying so. Other kinds: None (shell: `shell_gate`).
 - `shell_gate(text, ctx) -> gate`: `gate(command) -> refusal | None`, called by
@@ -32,17 +33,20 @@ WHAT = {"read": "read a file", "file-read": "read a file", "write": "write a fil
         "file-patch": "patch a file", "replace": "edit a file", "file-edit": "edit a file"}
 
 
-def check_permission(action, ctx, ask=ask_on_tty):
+def check_permission(action, ctx, ask=ask_on_tty, target=None):
     policy = ctx.policy
     if policy is None or action.kind not in PATH_KINDS:
         return None
+    real = None
     if action.kind == "file-patch":
-        path = registered_source(action.attr("index", ""), ctx) if action.attr("index") else None
+        path = target.source if target is not None else (
+            registered_source(action.attr("index", ""), ctx) if action.attr("index") else None)
     else:
         path = action.attr("path")
+        real = target.real if target is not None else None
     if not path or "\x00" in path:
         return None   # the handler reports a missing path, a NUL byte or a split it never made
-    verdict = path_verdict(policy, action.kind, path, ctx.cwd)
+    verdict = path_verdict(policy, action.kind, path, ctx.cwd, real)
     if verdict.decision == "deny":
         return refusal(verdict)
     if verdict.decision != "ask":

@@ -21,9 +21,10 @@ Data contract:
   every redirection that writes outside the temp roots. Rules also see `nagent-mcp call SERVER
   TOOL` (mcp rules), `nagent-file-edit --file PATH` (edit rules) and redirection targets
   (write rules).
-- `path_verdict(policy, kind, path, cwd)` for read, file-read, write, file-patch, replace and
-  file-edit (path: the target): path rules, and in plan mode a change outside the temp roots
-  (or inside the project) is refused.
+- `path_verdict(policy, kind, path, cwd, real=None)` for read, file-read, write, file-patch,
+  replace and file-edit (path: the target; `real`: the file the action will use, when the
+  caller pinned it, else path resolved here): path rules, and in plan mode a change outside the
+  temp roots (or inside the project) is refused.
 - `mcp_refusal(settings, cwd, environ, server, tool)`: the deny line for an MCP tool, or None;
   `mcp_deny_line(rules, server, tool)` the same over given rules (the run's MCP host).
 - `refusal(verdict, save_to)`: the text a refused action's result carries; for an "ask" with
@@ -292,13 +293,14 @@ def shell_verdict(policy, text, cwd):
     return Verdict("default", forms=forms)
 
 
-def path_verdict(policy, kind, path, cwd):
-    """The verdict on a read, write or edit of `path` (as the action names it)."""
+def path_verdict(policy, kind, path, cwd, real=None):
+    """The verdict on a read, write or edit of `path` (as the action names it); `real` is the
+    file the action will use when the caller pinned it (nagent_action_targets), else resolved here."""
     place = policy.place
     base = (place.project if place else None) or cwd
     full = os.path.normpath(path if os.path.isabs(path) else os.path.join(cwd, path))
     try:
-        real = os.path.realpath(full)
+        real = os.path.realpath(full) if real is None else real
     except (OSError, ValueError):   # a link loop, a path the kernel refuses: judged as written
         real = full
     for decision in ("deny", "confirm"):

@@ -1,20 +1,35 @@
-"""The project nagent works in: the git work tree around the working directory.
+"""The project nagent works in: the directory that holds the `.git` nagent found walking up.
 
 Data contract:
 - `git_marker_dir(directory)` -> the nearest directory at or above `directory` that holds a
   `.git` entry (a directory, or the `.git` file of a linked worktree or submodule), or None. A
   walk over the filesystem only: outside a repository no git process is ever started.
-- `find_project(cwd, environ, secret_names=None)` -> `Project(root, branch, git_dir)` or None.
-  None when no `.git` is found walking up, and when git itself says `cwd` is not inside a work
-  tree (inside `.git`, a broken or foreign repository git refuses, git missing or slow). Then
-  one git process (`rev-parse --show-toplevel --absolute-git-dir`) decides, hardened for
-  untrusted repositories (no fsmonitor hook, no optional locks, no prompt, no pager) and run
-  without provider keys: `git_environ(environ, secret_names)` is nagent_secrets.scrubbed_env
-  over nagent_config.child_key_names (the caller's key_names; None reads them from the config)
-  plus no prompt and no pager.
-  `root` is the realpath of the work tree's top level; `git_dir` the absolute git directory;
-  `branch` the current branch from its HEAD file: the branch name ("main", also before the
-  first commit), "(detached at <12 hex>)", or "(unknown)".
+- `probe_project(cwd, environ, secret_names=None)` -> ProjectSearch(project, refused): the one
+  validated project root every caller uses (context layers, skills, project tools, --trust,
+  --config, and other concerns that need "the project").
+  - No `.git` walking up from realpath(cwd), or cwd inside that `.git` directory: (None, None).
+  - The root is the marker directory M itself. git is asked only to confirm that M/.git is a
+    repository whose work tree is M: one process, `git -C M rev-parse --show-toplevel
+    --absolute-git-dir`, run with GIT_CEILING_DIRECTORIES=dirname(M) (it never climbs past M)
+    and `safe.bareRepository=explicit` (a bare repository a clone carries is never discovered),
+    without the caller's GIT_DIR/GIT_WORK_TREE and other discovery variables.
+  - Refused, (None, why) — `root_problem(marker, top, home)`: git names another work tree
+    than M (a `core.worktree` a command or a clone set: "anything above the marker"), or M is
+    `/`, the home directory or one of its ancestors (everything of the user would be "inside
+    the project"). `why` is one line; callers warn the user ("project root refused: why") and
+    the session facts say "none (refused: why)".
+  - git failing (missing, slow, a broken or foreign repository it refuses): (None, None).
+- `find_project(cwd, environ, secret_names=None)` -> probe_project(...).project:
+  `Project(root, branch, git_dir)` or None. `root` is a realpath; `git_dir` is git's absolute
+  git directory, used only for the branch name, never as a boundary; `branch` from its HEAD
+  file: the branch name ("main", also before the first commit), "(detached at <12 hex>)", or
+  "(unknown)".
+- `run_git(marker, args, environ, secret_names)` -> CompletedProcess (bytes) or None: the one way
+  nagent runs git on a project: `git_command` (no pager, no fsmonitor hook, no bare repository
+  discovery) in M, `git_environ` (nagent_secrets.scrubbed_env over
+  nagent_config.child_key_names, no prompt, no pager, no optional locks, the ceiling above M,
+  PATH without relative entries), stdin closed, GIT_TIMEOUT seconds; git itself is looked up in
+  the absolute PATH entries only (nagent_paths.find_program: a clone's own `git` never runs).
 - `has_permissions_file(cwd)`: whether the `.nagent` marker's directory holds a
   `.nagent/permissions` file (a filesystem walk only: callers read the rules, validated
   through find_project, only when it does).
@@ -23,11 +38,17 @@ import os
 from collections import namedtuple
 
 from nagent_config import child_key_names
+from nagent_paths import absolute_path_value, find_program, too_wide, within
 from nagent_secrets import scrubbed_env
 
 GIT_TIMEOUT = 2.0
+# Variables that would make git answer about another repository than the one nagent found.
+DISCOVERY_VARIABLES = ("GIT_DIR", "GIT_WORK_TREE", "GIT_COMMON_DIR", "GIT_CEILING_DIRECTORIES",
+                       "GIT_DISCOVERY_ACROSS_FILESYSTEM", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY",
+                       "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_NAMESPACE")
 
 Project = namedtuple("Project", "root branch git_dir")
+ProjectSearch = namedtuple("ProjectSearch", "project refused")
 
 
 def git_marker_dir(directory):
@@ -41,21 +62,42 @@ def git_marker_dir(directory):
         current = parent
 
 
-def git_environ(environ, secret_names=None):
-    """The environment of a git process nagent starts itself: no provider keys, no prompts."""
+def git_environ(environ, secret_names=None, ceiling=None):
+    """The environment of a git process nagent starts itself: no provider keys, no prompts, no
+    repository but the one found; with `ceiling` (the marker directory) git never looks above it."""
     env = scrubbed_env(environ, child_key_names(environ, secret_names))
-    env.update(GIT_TERMINAL_PROMPT="0", GIT_PAGER="cat", GIT_OPTIONAL_LOCKS="0")
+    for name in DISCOVERY_VARIABLES:
+        env.pop(name, None)
+    env.update(GIT_TERMINAL_PROMPT="0", GIT_PAGER="cat", GIT_OPTIONAL_LOCKS="0",
+               PATH=absolute_path_value(env.get("PATH")))
+    if ceiling:
+        env["GIT_CEILING_DIRECTORIES"] = os.path.dirname(ceiling)
     return env
+
+
+def git_command(directory, *args, git="git"):
+    # The repository may be untrusted: no pager, no fsmonitor hook, no bare repository it carries.
+    return [git, "--no-pager", "-c", "core.fsmonitor=false", "-c", "safe.bareRepository=explicit",
+            "-C", directory, *args]
+
+
+def run_git(marker, args, environ=None, secret_names=None):
+    environ = os.environ if environ is None else environ
+    git = find_program("git", environ.get("PATH", os.defpath))
+    if git is None:
+        return None
+    import subprocess  # only a directory inside a repository pays for it
+    try:
+        return subprocess.run(git_command(marker, *args, git=git), stdin=subprocess.DEVNULL,
+                              capture_output=True, timeout=GIT_TIMEOUT,
+                              env=git_environ(environ, secret_names, ceiling=marker))
+    except (OSError, subprocess.SubprocessError):
+        return None
 
 
 def has_permissions_file(cwd):
     marker = git_marker_dir(cwd)
     return bool(marker) and os.path.lexists(os.path.join(marker, ".nagent", "permissions"))
-
-
-def git_command(directory, *args):
-    # The repository may be untrusted: no pager, no fsmonitor hook, no external helpers.
-    return ["git", "--no-pager", "-c", "core.fsmonitor=false", "-C", directory, *args]
 
 
 def branch_name(git_dir):
@@ -73,19 +115,42 @@ def branch_name(git_dir):
     return "(unknown)"
 
 
-def find_project(cwd, environ=None, secret_names=None):
+def _home(environ):
+    home = environ.get("HOME") or os.path.expanduser("~")
+    return os.path.realpath(home) if os.path.isabs(home) else "/"
+
+
+def root_problem(marker, top, home):
+    """Why `top` (what git names as the work tree of marker/.git) is not a project root, or None."""
+    if top != marker:
+        return (f"git names {top} as the work tree of {marker}/.git; nagent takes only the "
+                "directory holding the .git it found")
+    wide = too_wide(marker, home)
+    return f"{wide} is never a project root" if wide else None
+
+
+def probe_project(cwd, environ=None, secret_names=None):
     environ = os.environ if environ is None else environ
-    if git_marker_dir(cwd) is None:
-        return None
-    import subprocess  # only a directory inside a repository pays for it
-    try:
-        proc = subprocess.run(git_command(cwd, "rev-parse", "--show-toplevel", "--absolute-git-dir"),
-                              stdin=subprocess.DEVNULL, capture_output=True, timeout=GIT_TIMEOUT,
-                              env=git_environ(environ, secret_names))
-    except (OSError, subprocess.SubprocessError):
-        return None
+    real = os.path.realpath(cwd)
+    marker = git_marker_dir(real)
+    if marker is None or within(real, os.path.join(marker, ".git"), inclusive=True):
+        return ProjectSearch(None, None)
+    home = _home(environ)
+    problem = root_problem(marker, marker, home)
+    if problem:   # refused before any git process reads the repository
+        return ProjectSearch(None, problem)
+    proc = run_git(marker, ("rev-parse", "--show-toplevel", "--absolute-git-dir"), environ,
+                   secret_names)
+    if proc is None or proc.returncode != 0:
+        return ProjectSearch(None, None)
     lines = proc.stdout.decode("utf-8", "surrogateescape").splitlines()
-    if proc.returncode != 0 or len(lines) != 2 or not all(os.path.isabs(line) for line in lines):
-        return None
-    root, git_dir = os.path.realpath(lines[0]), lines[1]
-    return Project(root=root, branch=branch_name(git_dir), git_dir=git_dir)
+    if len(lines) != 2 or not all(os.path.isabs(line) for line in lines):
+        return ProjectSearch(None, None)
+    problem = root_problem(marker, os.path.realpath(lines[0]), home)
+    if problem:
+        return ProjectSearch(None, problem)
+    return ProjectSearch(Project(root=marker, branch=branch_name(lines[1]), git_dir=lines[1]), None)
+
+
+def find_project(cwd, environ=None, secret_names=None):
+    return probe_project(cwd, environ, secret_names).project

@@ -2,14 +2,16 @@
 
 Data contract: `trust(options, settings)` and `list_skills(options, settings)` return
 `(data, text)` like the other lifecycle commands (data for --json, text for people).
-- trust: the project around the working directory (UsageError outside a git work tree) is
+- trust: the project around the working directory (UsageError outside a git work tree, and
+  when nagent_project refused the root) is
   recorded as trusted with the current listing of its .nagent/bin (nagent_trust); nothing runs.
 - list_skills: every skill nagent would list (nagent_skills), with source, path, requirements,
   problems and the skills it shadows; `enabled` says whether the `skills` setting lists them in
   the context, `project_root` which project's skills count.
 - `context_overview(settings, cwd, environ)` -> what a new conversation started here would
   read: {"project_root", "branch", "files", "skills", "project_tools": {"state", "bin",
-  "tools"}}; reading files only, running nothing. `overview_lines(overview)` is its text.
+  "tools"}, "project_refused": why the root was refused, or None}; reading files only, running
+  nothing but the one git process of nagent_project.probe_project. `overview_lines(overview)` is its text.
 - `recorded_context_files(path)` -> the "context_files" list the conversation's meta record
   kept when it started (see nagent_context.InitialContext.meta), or None when it kept none
   (a conversation started before they were recorded, or none yet). Reads only the head of the
@@ -21,17 +23,25 @@ from nagent_conversation_head import session_meta
 from nagent_errors import UsageError
 
 
-def _project(environ, cwd, settings):
-    from nagent_project import find_project
+def _probe(environ, cwd, settings):
+    """nagent_project.ProjectSearch(project, warning) of `cwd`: the one validated root."""
+    from nagent_project import probe_project
     from nagent_secrets import key_names
-    return find_project(cwd, environ, key_names(settings.providers.values()))
+    return probe_project(cwd, environ, key_names(settings.providers.values()))
+
+
+def _project(environ, cwd, settings):
+    return _probe(environ, cwd, settings).project
 
 
 def trust(options, settings):
     from nagent_cli import current_cwd
     from nagent_trust import trust_project
     cwd = current_cwd()
-    project = _project(settings.environ, cwd, settings)
+    project, refused = _probe(settings.environ, cwd, settings)
+    if refused:
+        raise UsageError("project root refused", refused,
+                         "run nagent --trust inside a project whose work tree holds its .git")
     if project is None:
         raise UsageError("not inside a git work tree", cwd,
                          "run nagent --trust inside the project whose .nagent/bin you trust")
@@ -78,7 +88,7 @@ def context_overview(settings, cwd, environ):
     from nagent_context_layers import load_layers
     from nagent_skills import find_skills
     from nagent_trust import trust_status
-    project = _project(environ, cwd, settings)
+    project, refused = _probe(environ, cwd, settings)
     options = settings.context
     layers = load_layers(cwd, environ, project, options)
     from_project = project is not None and options.project
@@ -86,7 +96,8 @@ def context_overview(settings, cwd, environ):
     overview = {"project_root": project.root if project else None,
                 "branch": project.branch if project else None,
                 "files": [dict(item) for layer in layers for item in layer.files],
-                "skills": [skill.name for skill in skills], "project_tools": None}
+                "skills": [skill.name for skill in skills], "project_tools": None,
+                "project_refused": refused}
     if from_project:
         status = trust_status(project, environ)
         overview["project_tools"] = {"state": status.state, "bin": status.bin_dir,
@@ -102,6 +113,7 @@ def file_list(files):
 def overview_lines(overview):
     root = overview["project_root"]
     lines = [f"project root: {root} (branch {overview['branch']})" if root
+             else f"project root: none (refused: {overview['project_refused']})" if overview.get("project_refused")
              else "project root: none (not inside a git work tree)",
              "context files a new conversation here reads: " + file_list(overview["files"]),
              f"skills listed: {len(overview['skills'])} (nagent --list-skills)"]

@@ -55,7 +55,8 @@ from nagent_config import config_layers
 from nagent_discovery import install_bin_dir
 from nagent_errors import ConfigError, RefusedError, SetupError
 from nagent_install import RUN_PYTHON
-from nagent_paths import config_file, home_dir, nagent_home, within, within_any
+from nagent_paths import (absolute_path_value, config_file, home_dir, nagent_home, within,
+                          within_any)
 from nagent_secrets import is_secret_name, withheld_names
 from nagent_write_policy import temp_roots
 
@@ -79,9 +80,8 @@ class Plan:
 def bwrap_path(environ, roots=()):
     """bwrap from PATH, skipping relative entries and ones a sandboxed command could write (it
     could plant a fake bwrap there, which nagent would run unsandboxed next time)."""
-    trusted = [part for part in environ.get("PATH", os.defpath).split(os.pathsep)
-               if os.path.isabs(part)
-               and not within_any(os.path.realpath(part), roots, inclusive=True)]
+    trusted = [part for part in absolute_path_value(environ.get("PATH", os.defpath)).split(os.pathsep)
+               if part and not within_any(os.path.realpath(part), roots, inclusive=True)]
     found = shutil.which("bwrap", path=os.pathsep.join(trusted)) if trusted else None
     if not found:
         raise SetupError("bwrap not found", "shell_sandbox is bwrap",

@@ -247,7 +247,8 @@ def build_session(options, environ, cwd, settings=None, needs_model=True):
         return nagent_context.build_initial_context(
             mode="file-edit" if record else "main", environ=environ, cwd=cwd, file_edit=facts,
             mcp_servers=tuple(spec.name for spec in settings.mcp_servers),
-            options=settings.context, shell=shell, secret_names=key_names(rows))
+            options=settings.context, shell=shell, secret_names=key_names(rows),
+            sandbox=settings.shell.sandbox)
 
     meta = {"invocation": options.get("invocation") or "user"}
     if options.get("parent_conversation"):

@@ -23,6 +23,9 @@ Data contract:
   Approval (confirm) asks through nagent_approval.ask_on_tty.
   Streams go to temp files in `side_dir`; a stream larger than the cap (or binary) is kept
   whole as `shell-{stamp}-{n}.stdout|.stderr` there and only head + tail are returned.
+  Redaction rewrites a stream in place (never a second copy); a stream that cannot be redacted
+  or kept (a full disk) is dropped whole and `stdout_lost`/`stderr_lost` says why ("disk full"):
+  the result still carries the exit code, and nothing is left behind.
   On timeout the whole process group gets SIGTERM, then SIGKILL after a grace period.
   When the main process exits, anything it left running in its process group is ended too,
   so a background child holding the streams open never hangs or outlives the call.
@@ -33,6 +36,7 @@ shell or bwrap cannot be started, RefusedError when the sandbox cannot protect n
 files (nagent_sandbox.plan). Command failures are outcomes, not exceptions. An exit signal
 (nagent_errors.ExitSignal) or Ctrl-C while a command runs ends its whole group first.
 """
+import errno
 import os
 import signal
 import subprocess
@@ -52,6 +56,8 @@ KILL_GRACE = 2.0
 NO_TERMINAL = "shell approval needs a terminal; command not run"
 DENIED = "shell commands are disabled (shell_approval: deny); command not run"
 DECLINED = "the user declined this command; command not run"
+REDACTED = b"[redacted]"
+MAX_REDACTION_GROWTH = 64 << 20   # secrets shorter than the mark, held in memory while redacting
 
 
 @dataclass(frozen=True)
@@ -80,6 +86,8 @@ class ShellOutcome:
     seconds: float
     timeout: float = 0.0                 # the policy's timeout, for the "killed after" line
     output_cap: int = 32 * 1024          # the policy's cap, for the "showing first/last" line
+    stdout_lost: "str | None" = None     # why the stream could not be kept ("disk full")
+    stderr_lost: "str | None" = None
 
 
 def check_policy(policy):
@@ -121,36 +129,91 @@ def _side_names(side_dir):
         n += 1
 
 
+def _first_match(fd, needles, keep, chunk_size):
+    """File offset of the first chunk window holding a secret, or None (read only)."""
+    offset, carry = 0, b""
+    while True:
+        chunk = os.pread(fd, chunk_size, offset)
+        data = carry + chunk
+        if any(needle in data for needle in needles):
+            return offset - len(carry)
+        if not chunk:
+            return None
+        carry = data[max(0, len(data) - keep):] if keep else b""
+        offset += len(chunk)
+
+
+def _pwrite_all(fd, data, offset):
+    view = memoryview(data)
+    while view:
+        written = os.pwrite(fd, view, offset)
+        view, offset = view[written:], offset + written
+
+
 def _redact_file(path, secrets, chunk_size=1 << 20):
-    """Rewrite `path` with every secret blanked; streamed, holding back a tail that may be
-    the start of a secret split across two chunks."""
+    """Blank every secret in `path` in place, never making a second copy: streamed, holding back
+    a tail that may be the start of a secret split across two chunks, and holding in memory only
+    the redacted bytes that would overwrite bytes not read yet (the net growth, when a secret is
+    shorter than the mark). An OSError (a full disk when the file grows) leaves the file
+    half-redacted: the caller must drop it."""
     needles = sorted({s.encode("utf-8", "surrogateescape") for s in secrets if s}, key=len, reverse=True)
-    if not needles or os.path.getsize(path) == 0:
+    if not needles:
         return
     keep = len(needles[0]) - 1
-    found = False
-    with open(path, "rb") as source, open(path + ".redacted", "wb") as target:
-        pending = b""
+    fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+    try:
+        start = _first_match(fd, needles, keep, chunk_size)
+        if start is None:
+            return
+        read_at = write_at = start
+        carry, out = b"", bytearray()
         while True:
-            chunk = source.read(chunk_size)
-            data = pending + chunk
+            chunk = os.pread(fd, chunk_size, read_at)
+            read_at += len(chunk)
+            data = carry + chunk
             for needle in needles:
                 if needle in data:
-                    data, found = data.replace(needle, b"[redacted]"), True
+                    data = data.replace(needle, REDACTED)
             cut = len(data) if not chunk else max(0, len(data) - keep)
-            target.write(data[:cut])
-            pending = data[cut:]
+            out += data[:cut]
+            carry = data[cut:]
+            room = min(len(out), read_at - write_at)   # what was read may be overwritten
+            if room:
+                _pwrite_all(fd, out[:room], write_at)
+                write_at += room
+                del out[:room]
+            if len(out) > MAX_REDACTION_GROWTH:
+                raise OSError(errno.EFBIG, "too many short secrets to redact in place")
             if not chunk:
                 break
-    if found:
-        os.replace(path + ".redacted", path)
-    else:
-        os.unlink(path + ".redacted")
+        _pwrite_all(fd, out, write_at)
+        os.ftruncate(fd, write_at + len(out))
+    finally:
+        os.close(fd)
+
+
+def _kept_problem(error):
+    if error.errno in (errno.ENOSPC, errno.EDQUOT):
+        return "disk full"
+    return error.strerror or str(error)
 
 
 def _collect(tmp_path, cap, final_path, secrets=()):
-    """(text, byte count, side file or None) for one stream captured in `tmp_path`."""
-    _redact_file(tmp_path, secrets)
+    """(text, byte count, side file or None, why it was not kept or None) for one stream
+    captured in `tmp_path`. When it cannot be redacted or kept (a full disk), nothing of it is
+    shown and the temp file is gone."""
+    size = 0
+    try:
+        size = os.stat(tmp_path).st_size
+        _redact_file(tmp_path, secrets)
+        text, size, side = _keep(tmp_path, cap, final_path)
+    except OSError as error:
+        _quiet(os.unlink, tmp_path)
+        return "", size, None, _kept_problem(error)
+    return text, size, side, None
+
+
+def _keep(tmp_path, cap, final_path):
     with open(tmp_path, "rb") as handle:
         size = os.fstat(handle.fileno()).st_size
         if size <= cap:
@@ -184,8 +247,12 @@ def _refused_outcome(reason, policy):
 
 def _write_script(side_dir, command):
     fd, path = tempfile.mkstemp(prefix=".shell-", suffix=".sh", dir=side_dir)
-    with os.fdopen(fd, "w", encoding="utf-8", errors="surrogateescape") as handle:
-        handle.write(command if command.endswith("\n") else command + "\n")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", errors="surrogateescape") as handle:
+            handle.write(command if command.endswith("\n") else command + "\n")
+    except BaseException:
+        _quiet(os.unlink, path)   # a full disk leaves no half-written script behind
+        raise
     return path
 
 
@@ -238,8 +305,10 @@ def run_shell(command, cwd, policy, side_dir, environ=None, confirm=None, secret
                 mcp.untrack(proc.pid)
         seconds = time.monotonic() - started
         out_final, err_final = _side_names(side_dir)
-        out_text, out_size, out_file = _collect(paths[0], policy.output_cap, out_final, secrets)
-        err_text, err_size, err_file = _collect(paths[1], policy.output_cap, err_final, secrets)
+        out_text, out_size, out_file, out_lost = _collect(paths[0], policy.output_cap, out_final,
+                                                          secrets)
+        err_text, err_size, err_file, err_lost = _collect(paths[1], policy.output_cap, err_final,
+                                                          secrets)
     finally:
         for path in (*paths, script):
             _quiet(os.unlink, path)
@@ -247,7 +316,7 @@ def run_shell(command, cwd, policy, side_dir, environ=None, confirm=None, secret
                         timed_out=timed_out, refused=None, stdout_bytes=out_size,
                         stderr_bytes=err_size, stdout_file=out_file, stderr_file=err_file,
                         seconds=seconds, timeout=float(policy.timeout),
-                        output_cap=policy.output_cap)
+                        output_cap=policy.output_cap, stdout_lost=out_lost, stderr_lost=err_lost)
 
 
 def _start(argv, cwd, env, out_fd, err_fd):
@@ -274,7 +343,9 @@ def _signal_name(number):
         return f"signal {number}"
 
 
-def _stream_block(label, text, size, path, cap):
+def _stream_block(label, text, size, path, cap, lost=None):
+    if lost:
+        return f"{label}:\n[{label}: {size} bytes; output could not be kept: {lost}]\n"
     block = f"{label}:\n{text}"
     if text and not text.endswith("\n"):
         block += "\n"
@@ -300,6 +371,8 @@ def format_shell_result(outcome):
         return "\n".join(lines) + "\n"
     cap = outcome.output_cap
     text = "\n".join(lines) + "\n"
-    text += _stream_block("stdout", outcome.stdout, outcome.stdout_bytes, outcome.stdout_file, cap)
-    text += _stream_block("stderr", outcome.stderr, outcome.stderr_bytes, outcome.stderr_file, cap)
+    text += _stream_block("stdout", outcome.stdout, outcome.stdout_bytes, outcome.stdout_file, cap,
+                          outcome.stdout_lost)
+    text += _stream_block("stderr", outcome.stderr, outcome.stderr_bytes, outcome.stderr_file, cap,
+                          outcome.stderr_lost)
     return text

@@ -56,11 +56,12 @@ def _string_list(value):
     return None
 
 
-def parse_skill(path, directory, source, environ):
-    """One Skill from its SKILL.md; every problem becomes a `problems` line."""
+def parse_skill(path, directory, source, environ, real=None):
+    """One Skill from its SKILL.md (`real`: the resolved path that was checked, read only if it
+    is still the file opened); every problem becomes a `problems` line."""
     fallback = one_line(os.path.basename(directory), NAME_CAP)
     problems, name, description, bins, env = [], fallback, "", (), ()
-    data, size = read_regular(os.path.realpath(path), HEAD_BYTES)
+    data, size = read_regular(os.path.realpath(path) if real is None else real, HEAD_BYTES)
     if data is None:
         return Skill(fallback, "", path, source, (), (), (), (f"SKILL.md is {size}",), ())
     try:
@@ -113,7 +114,8 @@ def parse_skill(path, directory, source, environ):
 
 
 def skill_dirs(base, root=None):
-    """[(directory, SKILL.md path, refusal or None)] under `base`, sorted; `root` confines them."""
+    """[(directory, SKILL.md path, refusal or None, its realpath)] under `base`, sorted; `root`
+    confines them (the realpath checked is the one read: nagent_context_layers.read_regular)."""
     try:
         names = sorted(os.listdir(base))
     except OSError:
@@ -126,10 +128,11 @@ def skill_dirs(base, root=None):
             break
         directory = os.path.join(base, name)
         path = os.path.join(directory, "SKILL.md")
-        if root is not None and not within(os.path.realpath(path), root):
-            found.append((directory, path, "outside the project, not read"))
+        real = os.path.realpath(path)
+        if root is not None and not within(real, root):
+            found.append((directory, path, "outside the project, not read", real))
         elif os.path.isdir(directory) and os.path.lexists(path):
-            found.append((directory, path, None))
+            found.append((directory, path, None, real))
     return found
 
 
@@ -144,12 +147,12 @@ def find_skills(environ=None, project_root=None):
     chosen = {}
     for source, base, root in places:
         seen_here = set()
-        for directory, path, refusal in skill_dirs(base, root):
+        for directory, path, refusal, real in skill_dirs(base, root):
             if refusal:
                 skill = Skill(one_line(os.path.basename(directory), NAME_CAP), "", path, source,
                               (), (), (), (refusal,), ())
             else:
-                skill = parse_skill(path, directory, source, environ)
+                skill = parse_skill(path, directory, source, environ, real)
             earlier = chosen.get(skill.name)
             if earlier is None:
                 chosen[skill.name] = skill

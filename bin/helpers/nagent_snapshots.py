@@ -35,7 +35,7 @@ from collections import namedtuple
 
 from nagent_errors import ConfigError
 from nagent_fs import atomic_write, read_regular
-from nagent_paths import home_dir, nagent_home, within
+from nagent_paths import home_dir, nagent_home, too_wide, within
 from nagent_project import find_project, git_marker_dir
 from nagent_shadow_git import (EMPTY_TREE, Git, SnapshotError, parse_status, read_head,
                                set_head, write_commit)
@@ -69,12 +69,9 @@ def scope_problem(root, environ):
         state = os.path.realpath(nagent_home(environ))
     except ConfigError:
         return "HOME is not an absolute path"
-    if root == "/":
-        return "/ is never snapshotted"
-    if root == home:
-        return f"the home directory {root} is never snapshotted"
-    if within(home, root):
-        return f"{root} holds the home directory and is never snapshotted"
+    wide = too_wide(root, home)
+    if wide:
+        return f"{wide} is never snapshotted"
     if within(state, root, inclusive=True) or within(root, state, inclusive=True):
         return f"{root} holds nagent's own state ({state}) and is never snapshotted"
     return None

@@ -26,6 +26,7 @@ import re
 from dataclasses import dataclass
 
 from nagent_conversation_format import encode_records
+from nagent_protocol_blocks import frame_data
 from nagent_run_records import is_failure_marker, is_inbox_message, is_user_prompt
 
 SENT_KINDS = ("prompt", "reply", "result", "system", "interrupt", "note")
@@ -107,7 +108,7 @@ def rebuild_records(records, checkpoint_text, previous_window, window, settings_
                                    sort_keys=True), None))
     out.append(("system", f"<system>This conversation continues in window {window}. The previous "
                 f"window is archived whole at {previous_window}. Its checkpoint:\n\n"
-                f"{checkpoint_text.strip()}\n</system>", {"carried": "checkpoint"}))
+                f"{frame_data(checkpoint_text.strip())}\n</system>", {"carried": "checkpoint"}))
     for record in earlier:
         if not carried_before_tail(record):
             continue

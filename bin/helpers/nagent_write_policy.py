@@ -26,6 +26,8 @@ Data contract:
   path itself (another link would alias a file we were not asked to write).
 - `validate_patch_source(source, mode, environ, cwd)` -> same rules for the file a split patch
   will replace (main: temp roots; file-edit: the target or temp, never a segment).
+- `resolve_write_target(path, cwd)` -> the resolved absolute path a write of `path` checks and
+  replaces (what an action hook is shown as resolved_path).
 - `edit_target(path, cwd, roots, environ, excluded=())` -> the realpath of a file the main
   conversation may hand to a per-file edit session (<nagent-file-edit>, a <nagent-replace> of a
   project file), which the driver runs outside any shell sandbox. Links and `..` are resolved
@@ -34,7 +36,9 @@ Data contract:
   passes the working directory, the project root and the temp roots), outside every `excluded`
   tree (the repository's git directory: its hooks and config run later as the user) and outside
   nagent's own state. Else RefusedError("not an edit target", path, reason).
-- `write_file_atomic(path, data, mode, cwd, environ)` -> {path, bytes, created}. It validates, then
+- `write_file_atomic(path, data, mode, cwd, environ, expect_sha256=None, expected=None)` ->
+  {path, bytes, created}. With `expected` (the path an action hook allowed) it refuses when the
+  path resolves to anything else by now. It validates, then
   walks from "/" with O_DIRECTORY|O_NOFOLLOW directory fds (creating missing parents 0700 only inside
   a temp root), re-checks the opened parent's real path, re-checks the final entry through the dir
   fd, writes a temp file in that directory, fsyncs, keeps the old permission bits, and os.replace()s
@@ -51,7 +55,7 @@ import stat
 from dataclasses import dataclass
 
 from nagent_errors import ConfigError, InputError, RefusedError
-from nagent_fs import file_id
+from nagent_fs import file_id, open_dir_nofollow, opened_path, write_in_dir
 from nagent_paths import home_dir, in_nagent_state, within, within_any
 
 FIXED_TEMP_ROOTS = ("/tmp", "/var/tmp")
@@ -224,6 +228,14 @@ def _resolve(path, cwd):
     return final
 
 
+def resolve_write_target(path, cwd):
+    """The absolute path a write of `path` would check and replace: its directory resolved
+    (links, ".."), its last component as written (a link there is refused, never followed).
+    RefusedError for a path no write accepts (empty, control characters, too long)."""
+    _check_syntax(path)
+    return _resolve(path, cwd)
+
+
 def validate_write_path(path: str, mode: WriteMode, cwd: str, environ=None) -> str:
     _check_syntax(path)
     final = _resolve(path, cwd)
@@ -278,16 +290,9 @@ def edit_target(path: str, cwd: str, roots, environ=None, excluded=()) -> str:
 
 # -- the writer ------------------------------------------------------------------------------
 
-def _opened_path(fd):
-    try:
-        return os.readlink(f"/proc/self/fd/{fd}")
-    except OSError:
-        return None
-
-
 def _check_opened(fd, expected):
     """The directory we hold must still be the one we validated (defeats swaps during the walk)."""
-    actual = _opened_path(fd)
+    actual = opened_path(fd)
     if actual is None:  # no /proc: fall back to comparing identities
         try:
             same = os.path.samestat(os.fstat(fd), os.stat(expected))
@@ -301,39 +306,23 @@ def _check_opened(fd, expected):
 
 def _open_parent(parent, roots, environ):
     """Open `parent` (a resolved absolute path) component by component without following links."""
-    fd = os.open("/", _DIR_FLAGS)
-    current = "/"
+    def may_create(child):
+        return within_any(child, roots) and not in_nagent_state(child, environ)
     try:
-        for part in [p for p in parent.split("/") if p]:
-            child = os.path.join(current, part)
-            try:
-                next_fd = os.open(part, _DIR_FLAGS, dir_fd=fd)
-            except FileNotFoundError:
-                if not within_any(child, roots) or in_nagent_state(child, environ):
-                    raise _refuse(child, "parent directory does not exist (created only inside temp)")
-                try:
-                    os.mkdir(part, 0o700, dir_fd=fd)
-                except FileExistsError:
-                    pass
-                next_fd = os.open(part, _DIR_FLAGS, dir_fd=fd)
-            except OSError as error:
-                reason = "a path component is a symlink or not a directory" \
-                    if error.errno in (errno.ELOOP, errno.ENOTDIR) else f"cannot open directory: {error.strerror}"
-                raise _refuse(child, reason) from None
-            os.close(fd)
-            fd, current = next_fd, child
+        fd = open_dir_nofollow(parent, make=may_create)
+    except FileNotFoundError as error:
+        raise _refuse(error.filename or parent,
+                      "parent directory does not exist (created only inside temp)") from None
+    except OSError as error:
+        reason = "a path component is a symlink or not a directory" \
+            if error.errno in (errno.ELOOP, errno.ENOTDIR) else f"cannot open directory: {error.strerror}"
+        raise _refuse(error.filename or parent, reason) from None
+    try:
         _check_opened(fd, parent)
-        return fd
     except BaseException:
         os.close(fd)
         raise
-
-
-def _write_all(fd, data):
-    view = memoryview(data)
-    while view:
-        written = os.write(fd, view)
-        view = view[written:]
+    return fd
 
 
 def _sha256_at(name, dir_fd):
@@ -360,44 +349,32 @@ def _write_validated(final, data, mode, environ=None, cwd=None, expect_sha256=No
         dir_fd = _open_parent(parent, roots, environ)
     except OSError as error:
         raise InputError("write failed", _shown(final), error.strerror) from None
-    temp_name = None
     try:
         st = _lstat(name, dir_fd=dir_fd)
         reason = _authorize(final, st, mode, roots, environ, allow_segments=True)
         if reason:
             raise _refuse(final, reason)
-        temp_name = f".nagent-{os.urandom(8).hex()}.tmp"
-        fd = os.open(temp_name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                     0o666, dir_fd=dir_fd)
-        try:
-            if st is not None:
-                os.fchmod(fd, stat.S_IMODE(st.st_mode) & 0o777)
-            _write_all(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        if expect_sha256 is not None and _sha256_at(name, dir_fd) != expect_sha256:
-            raise _refuse(final, "the file changed since it was read (its sha256 is no longer "
-                                 "what the edit was computed from); nothing was written: read it "
-                                 "again")
-        os.replace(temp_name, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-        temp_name = None
-        os.fsync(dir_fd)
+
+        def unchanged():   # the file as it is now, read through the same directory
+            if expect_sha256 is not None and _sha256_at(name, dir_fd) != expect_sha256:
+                raise _refuse(final, "the file changed since it was read (its sha256 is no longer "
+                                     "what the edit was computed from); nothing was written: read it "
+                                     "again")
+        write_in_dir(dir_fd, name, data, None if st is None else stat.S_IMODE(st.st_mode) & 0o777,
+                     check=unchanged)
         return {"path": final, "bytes": len(data), "created": st is None}
     except OSError as error:
         raise InputError("write failed", _shown(final), error.strerror) from None
     finally:
-        if temp_name is not None:
-            try:
-                os.unlink(temp_name, dir_fd=dir_fd)
-            except OSError:
-                pass
         os.close(dir_fd)
 
 
 def write_file_atomic(path: str, data: bytes, mode: WriteMode, cwd: str, environ=None,
-                      expect_sha256=None) -> dict:
+                      expect_sha256=None, expected=None) -> dict:
     if isinstance(data, str):
         data = data.encode("utf-8")
     final = validate_write_path(path, mode, cwd, environ)
+    if expected is not None and final != expected:
+        raise _refuse(path, f"the path changed after the action hook allowed it (it allowed "
+                            f"{_shown(expected)}, the path now resolves to {_shown(final)})")
     return _write_validated(final, bytes(data), mode, environ, cwd, expect_sha256)
