@@ -236,7 +236,7 @@ class ChannelTest(HermeticTestCase):
             handle.write(CHANNEL_PROBE)
 
     def channel(self):
-        channel = Channel(lambda: (self.env, self.cwd, {"servers": [], "deny": [], "base_env": {}}))
+        channel = Channel(lambda: (self.env, self.cwd, {"servers": [], "deny": []}))
         self.addCleanup(channel.close)
         return channel
 
@@ -259,7 +259,7 @@ class ChannelTest(HermeticTestCase):
 
     def test_only_processes_of_a_running_shell_action_of_this_run_get_in(self):
         ours, theirs = self.channel(), self.channel()
-        path, other = ours.variables()[wire.CHANNEL_VAR], theirs.variables()[wire.CHANNEL_VAR]
+        path, other = ours.variables(self.env)[wire.CHANNEL_VAR], theirs.variables(self.env)[wire.CHANNEL_VAR]
         go = os.path.join(self.tmp, "go")
         self.addCleanup(self.write_file, go, "")        # the daemons end even when a check fails
         q = subprocess.list2cmdline
@@ -284,7 +284,7 @@ class ChannelTest(HermeticTestCase):
 
     def test_another_user_is_refused_even_where_the_socket_is_open_to_it(self):
         channel = self.channel()
-        path = channel.variables()[wire.CHANNEL_VAR]
+        path = channel.variables(self.env)[wire.CHANNEL_VAR]
         channel.track(os.getpid())         # the other user's process descends from a tracked one
         folder = os.path.dirname(path)
         while folder != os.path.dirname(self.tmp):     # every directory down to it opened up
@@ -308,7 +308,7 @@ class ChannelTest(HermeticTestCase):
         os.makedirs(os.path.dirname(run), exist_ok=True)
         os.symlink(elsewhere, run)
         channel = self.channel()
-        self.assertEqual(channel.variables(), {})      # the shell then starts servers per call
+        self.assertEqual(channel.variables(self.env), {})      # the shell then starts servers per call
         self.assertIn("is not a private directory of this user", channel.problem)
         self.assertEqual(os.listdir(elsewhere), [])
         os.unlink(run)
@@ -322,16 +322,16 @@ class ChannelTest(HermeticTestCase):
         os.symlink(victim, os.path.join(run, "mcp-999999999-bbbbbbbb"))
         with unittest.mock.patch.object(nagent_mcp_channel.token, "token_hex",
                                         side_effect=["aaaaaaaa", "cccccccc"]):
-            path = self.channel().variables()[wire.CHANNEL_VAR]
+            path = self.channel().variables(self.env)[wire.CHANNEL_VAR]
         self.assertEqual(path, os.path.join(run, f"mcp-{os.getpid()}-cccccccc", "s"))
         self.assertEqual(os.listdir(elsewhere), [])
         self.assertEqual(os.listdir(victim), ["keep"])
 
 
     def test_a_stranger_is_refused_and_the_channel_is_private(self):
-        channel = Channel(lambda: (self.env, self.cwd, {"servers": [], "deny": [], "base_env": {}}))
+        channel = Channel(lambda: (self.env, self.cwd, {"servers": [], "deny": []}))
         try:
-            path = channel.variables()[wire.CHANNEL_VAR]
+            path = channel.variables(self.env)[wire.CHANNEL_VAR]
             self.assertEqual(stat.S_IMODE(os.stat(os.path.dirname(path)).st_mode), 0o700)
             self.assertEqual(stat.S_IMODE(os.stat(path).st_mode), 0o600)
             request = {"op": "list", "server": None, "timeout": 5}

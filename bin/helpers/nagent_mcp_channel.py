@@ -5,11 +5,13 @@ Data contract:
 - `run_channel(session)` (a context manager around a run) yields a `Channel` when the settings
   configure MCP servers and the SDK is installed, else None. Nothing happens until a shell
   action asks for the channel's variables; the host starts at the first connection.
-- `Channel.variables()` -> {CHANNEL_VAR: socket path} for a shell action's environment ({} when
-  the channel cannot open: the shell then starts servers per call, as outside a run). The first
-  call opens it: a 0700 directory `~/.nagent/run/mcp-PID-HEX/` (stale ones of dead runs are
-  removed), the socket `s` in it (0600), a thread that accepts. `sockets()` -> the paths a
-  sandbox must bind for the shell to reach it.
+- `Channel.variables(base_env)` -> {CHANNEL_VAR: socket path} for a shell action's environment
+  ({} when the channel cannot open: the shell then starts servers per call, as outside a run);
+  `base_env` is the environment the action's command gets (nagent_shell: scrubbed, or the
+  sandbox's allowlist), what a stdio server starts with. The first call opens the channel: a
+  0700 directory `~/.nagent/run/mcp-PID-HEX/` (stale ones of dead runs are removed), the
+  socket `s` in it (0600), a thread that accepts. `sockets()` -> the paths a sandbox must bind
+  for the shell to reach it.
 - `track(pid)` / `untrack(pid)`: a shell action's process (bash, or bwrap) started and ended.
   A connection is accepted only from a process of this user (SO_PEERCRED) that descends from a
   running shell action of this run, or whose session does (a double-forked child): another
@@ -18,12 +20,11 @@ Data contract:
 - The host (nagent_mcp_host) is started by the accept thread on the first vetted connection (and
   again if it died), in a session of its own, in the run's working directory, with the shell
   actions' scrubbed environment (nagent_secrets.scrubbed_env: no provider key), and handed the
-  bootstrap: the settings' server specs, the session's MCP deny rules (the driver's records,
-  read when the session started) and the environment a stdio server starts with: what the
-  run's shell commands get (`host_setup`), so under bwrap no variable reaches a server that the
-  sandbox would not pass, unless the server's entry names it. PR_SET_PDEATHSIG ties it to that thread, which lives as long
-  as the channel: if the driver dies, even by SIGKILL, the host gets SIGTERM and stops its
-  servers.
+  bootstrap: the settings' server specs and the session's MCP deny rules (the driver's records,
+  read when the session started: `host_setup`) and the first action's `base_env`, so under
+  bwrap no variable reaches a server that the sandbox would not pass, unless the server's
+  entry names it. PR_SET_PDEATHSIG ties it to that thread, which lives as long as the
+  channel: if the driver dies, even by SIGKILL, the host gets SIGTERM and stops its servers.
 - `close()`: stops accepting, ends the host's process tree (SIGTERM, HOST_GRACE seconds, then
   SIGKILL to every process of it left, each group whole: nagent_procs.end_process_tree), and
   removes the directory. Safe to call twice.
@@ -48,7 +49,6 @@ from nagent_instances import run_dir
 from nagent_mcp_wire import CHANNEL_VAR, MAX_REQUEST, ChannelError, encode
 from nagent_pids import proc_stat, session_of, start_ticks
 from nagent_procs import end_process_tree, kill_tree, process_tree
-from nagent_sandbox import sandbox_env
 from nagent_secrets import scrubbed_env
 
 HOST_GRACE = 3.0
@@ -69,18 +69,13 @@ def run_channel(session):
 
 def host_setup(session):
     """(environment, working directory, bootstrap) of the run's host, from the driver's records:
-    `${VAR}` reads the shell actions' scrubbed environment (the host's own), a stdio server
-    starts with what the run's shell commands get (inside bwrap only its allowlist) plus the
-    `env` its entry names."""
+    `${VAR}` reads the shell actions' scrubbed environment (the host's own)."""
     ctx = session.action_context
     rules = ctx.policy.rules if ctx.policy is not None else tuple(session.settings.permissions)
     deny = [{"name": rule.name, "pattern": rule.pattern, "source": rule.source, "index": rule.index}
             for rule in rules if rule.target == "mcp" and rule.decision == "deny"]
     servers = [dataclasses.asdict(spec) for spec in session.settings.mcp_servers]
-    environ = scrubbed_env(ctx.environ, ctx.secret_names)
-    sandboxed = ctx.shell_policy is not None and ctx.shell_policy.sandbox == "bwrap"
-    base = sandbox_env(ctx.environ, ctx.shell_policy, ctx.secret_names) if sandboxed else environ
-    return environ, ctx.cwd, {"servers": servers, "deny": deny, "base_env": base}
+    return scrubbed_env(ctx.environ, ctx.secret_names), ctx.cwd, {"servers": servers, "deny": deny}
 
 
 def descends(pid, roots):
@@ -129,8 +124,8 @@ class Channel:
         self._config = None
 
     # -- the shell's side -------------------------------------------------------------------
-    def variables(self):
-        self._open()
+    def variables(self, base_env):
+        self._open(base_env)
         return {CHANNEL_VAR: self.path} if self.path else {}
 
     def sockets(self):
@@ -147,13 +142,14 @@ class Channel:
             self._roots.pop(pid, None)
 
     # -- opening ----------------------------------------------------------------------------
-    def _open(self):
+    def _open(self, base_env):
         if self._opened:
             return
         self._opened = True
         listener = None
         try:
-            self._config = self._setup()
+            environ, cwd, bootstrap = self._setup()
+            self._config = environ, cwd, dict(bootstrap, base_env=dict(base_env))
             folder = run_dir(self._config[0])
             os.makedirs(folder, mode=0o700, exist_ok=True)
             _private(folder, "the run directory")

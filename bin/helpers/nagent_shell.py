@@ -269,13 +269,13 @@ def run_shell(command, cwd, policy, side_dir, environ=None, confirm=None, secret
     script = _write_script(side_dir, command)
     paths = []
     try:
-        channel = mcp.variables() if mcp is not None else {}
+        sandboxed = policy.sandbox == "bwrap"
+        env = sandbox_env(environ, policy, secret_names) if sandboxed else scrubbed_env(environ, secret_names)
+        # The run's MCP servers start with what the run's shell commands get (the first action's).
+        channel = mcp.variables(env) if mcp is not None else {}
         # The sandbox is planned before the user is asked: one it refuses asks nothing.
-        if policy.sandbox == "bwrap":
-            argv = bwrap_command(script, cwd, policy, environ, mcp.sockets() if channel else ())
-            env = sandbox_env(environ, policy, secret_names)
-        else:
-            argv, env = [shell_path(), script], scrubbed_env(environ, secret_names)
+        argv = bwrap_command(script, cwd, policy, environ, mcp.sockets() if channel else ()) \
+            if sandboxed else [shell_path(), script]
         env[SHELL_ACTION_VAR] = "1"   # nagent and nagent-file-edit in here name the tag instead
         env.update(channel)           # after the scrub and the allowlist: the run's own channel
         reason = _refusal(command, policy, confirm, gate)
