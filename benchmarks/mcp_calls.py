@@ -16,6 +16,8 @@ Rows, for each server measured (the SDK test server tests/mcp_server.py, tool `c
   process (nagent_mcp_wire.ask: no `nagent-mcp` process start): the channel and host's share.
 - "python3 -c pass": the interpreter's floor, timed in the same shell action (later calls
   minus channel is about this floor plus nagent-mcp's own imports).
+- CPU time (user + sys) of a later call's `nagent-mcp` process and of `python3 -c pass`: on a
+  loaded machine wall times grow with the load, CPU times much less.
 The runs are real `nagent` runs against the fake vendor (tests/fakes.py): the model's one shell
 action runs a timing script that starts `nagent-mcp call` --calls times and writes the wall
 times to a file. Prints figures; asserts nothing.
@@ -45,16 +47,22 @@ from fakes import FakeVendor  # noqa: E402
 TARGET_MS = 50.0
 TEST_SERVER = os.path.join(REPO, "tests", "mcp_server.py")
 TIMER = r'''
-import json, os, subprocess, sys, time
+import json, os, resource, subprocess, sys, time
 out, calls, helpers, argv = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4:]
 sys.path.insert(0, helpers)
 from nagent_mcp_wire import CHANNEL_VAR, ask
+cpu = {}
 def wall(command):
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     proc = subprocess.run(command, capture_output=True, text=True)
     if proc.returncode:
         sys.exit(f"{command} failed: {proc.stderr}")
-    return (time.perf_counter() - started) * 1000
+    ms = (time.perf_counter() - started) * 1000
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu.setdefault(command[-1] == "pass", []).append(
+        (after.ru_utime + after.ru_stime - used.ru_utime - used.ru_stime) * 1000)
+    return ms
 calls_ms = [wall(argv) for _ in range(calls)]
 floor_ms = [wall([sys.executable, "-c", "pass"]) for _ in range(5)]
 request = {"op": "call", "server": argv[2], "tool": argv[3], "arguments": json.loads(argv[5]), "timeout": 60}
@@ -66,7 +74,8 @@ for _ in range(calls):
     if "result" not in answer:
         sys.exit(f"channel call failed: {answer}")
 with open(out, "w") as handle:
-    json.dump({"calls": calls_ms, "floor": floor_ms, "wire": wire_ms}, handle)
+    json.dump({"calls": calls_ms, "floor": floor_ms, "wire": wire_ms, "calls_cpu": cpu[False][1:],
+               "floor_cpu": cpu[True]}, handle)
 '''
 
 
@@ -131,18 +140,22 @@ def measure(fake, env, work, name, server, args):
         if proc.returncode:
             raise RuntimeError(f"cold call failed: {proc.stderr[-500:]}")
         cold.append((time.perf_counter() - started) * 1000)
-    firsts, later, floor, wire = [], [], [], []
+    firsts, later, floor, wire, later_cpu, floor_cpu = [], [], [], [], [], []
     for number in range(args.runs):
         times = run_once(fake, env, work, name, tool, arguments, args.calls, number)
         firsts.append(times["calls"][0])
         later += times["calls"][1:]
         floor += times["floor"]
         wire += times["wire"]
+        later_cpu += times["calls_cpu"]
+        floor_cpu += times["floor_cpu"]
     later_ms = statistics.median(later)
     return {"server": name, "own_ms": round(own, 1), "cold_ms": round(statistics.median(cold)),
             "first_ms": round(statistics.median(firsts)), "later_ms": round(later_ms, 1),
             "over_own_ms": round(later_ms - own, 1), "floor_ms": round(statistics.median(floor), 1),
             "wire_ms": round(statistics.median(wire), 1),
+            "later_cpu_ms": round(statistics.median(later_cpu), 1),
+            "floor_cpu_ms": round(statistics.median(floor_cpu), 1),
             "target_ms": TARGET_MS}
 
 
@@ -173,6 +186,9 @@ def main(argv=None):
     for row in rows:
         print(f"{row['server']:8} {row['own_ms']:>6}ms {row['cold_ms']:>6}ms {row['first_ms']:>6}ms "
               f"{row['later_ms']:>6}ms {row['over_own_ms']:>7}ms {row['wire_ms']:>6}ms {row['floor_ms']:>7}ms")
+    for row in rows:
+        print(f"{row['server']}: CPU of a later call {row['later_cpu_ms']} ms (nagent-mcp's process), "
+              f"of python3 -c pass {row['floor_cpu_ms']} ms")
     print(f"target: later calls <= {TARGET_MS:g} ms over the server's own time")
     return rows
 
