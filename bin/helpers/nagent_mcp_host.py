@@ -159,7 +159,7 @@ async def _signals(group, stopping):
 
 async def _serve(control, specs, rules, base_env):
     import anyio
-    from nagent_mcp_pool import Pool   # imports anyio and the SDK's types: only once require_sdk passed
+    from nagent_mcp_pool import Pool   # it imports anyio: only once require_sdk passed
     stopping = _Stopping()
     async with anyio.create_task_group() as group:
         pool = Pool(specs, rules, os.environ, base_env, group)
