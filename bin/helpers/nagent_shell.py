@@ -17,9 +17,11 @@ Data contract:
   `/bin/bash FILE` (or /bin/sh) in its own session, stdin closed. Unsandboxed it gets
   nagent_secrets.scrubbed_env (everything but keys and NAGENT_* internals); sandboxed, only the
   allowlist of nagent_sandbox.sandbox_env, inside nagent_sandbox.bwrap_command; both plus
-  nagent_secrets.SHELL_ACTION_VAR=1 and, with `mcp` (the run's nagent_mcp_channel.Channel), its
-  variable (nagent_mcp_wire.CHANNEL_VAR): the command's process is registered with the channel
-  while it runs (only its processes may connect), and the sandbox binds the channel's socket.
+  nagent_secrets.SHELL_ACTION_VAR=1 and nagent_project.with_git_safety (git never discovers a
+  bare repository the project carries: plan mode runs read-only git unsandboxed) and, with `mcp`
+  (the run's nagent_mcp_channel.Channel), its variable (nagent_mcp_wire.CHANNEL_VAR): the
+  command's process is registered with the channel while it runs (only its processes may
+  connect), and the sandbox binds the channel's socket.
   Approval (confirm) asks through nagent_approval.ask_on_tty.
   Streams go to temp files in `side_dir`; a stream larger than the cap (or binary) is kept
   whole as `shell-{stamp}-{n}.stdout|.stderr` there and only head + tail are returned.
@@ -47,6 +49,7 @@ from dataclasses import dataclass
 from nagent_approval import Answer, ask_on_tty
 from nagent_errors import ConfigError, InputError, SetupError
 from nagent_procs import end_group, wait
+from nagent_project import with_git_safety
 from nagent_sandbox import bwrap_command, sandbox_env, shell_path
 from nagent_secrets import SHELL_ACTION_VAR, scrubbed_env
 
@@ -270,7 +273,8 @@ def run_shell(command, cwd, policy, side_dir, environ=None, confirm=None, secret
     paths = []
     try:
         sandboxed = policy.sandbox == "bwrap"
-        env = sandbox_env(environ, policy, secret_names) if sandboxed else scrubbed_env(environ, secret_names)
+        env = with_git_safety(sandbox_env(environ, policy, secret_names) if sandboxed
+                              else scrubbed_env(environ, secret_names))
         # The run's MCP servers start with what the run's shell commands get (the first action's).
         channel = mcp.variables(env) if mcp is not None else {}
         # The sandbox is planned before the user is asked: one it refuses asks nothing.
