@@ -168,7 +168,8 @@ def execute_shell(action, ctx):
         gate = shell_gate(action.body, ctx)
     try:
         outcome = run_shell(action.body, ctx.cwd, policy, ctx.side_dir, ctx.environ,
-                            secret_names=ctx.secret_names, secrets=ctx.secrets, gate=gate)
+                            secret_names=ctx.secret_names, secrets=ctx.secrets, gate=gate,
+                            mcp=ctx.mcp)
     except NagentError as error:
         return error_block("nagent-shell-result", error_text(error))
     # The first stderr line that says something (a rule of ===== says nothing).

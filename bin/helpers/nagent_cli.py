@@ -32,7 +32,8 @@ Data contract:
 - `emit_json(data)` writes one JSON document to stdout (nothing else goes to stdout in
   --json mode). `redact(text, secrets=None)` blanks out secret values in any text; without a
   list, every secret nagent knows (nagent_config.known_secrets) is blanked; `redacted(value,
-  secrets)` blanks a list of them in every string of JSON-shaped data.
+  secrets, keep=())` blanks a list of them in every string of JSON-shaped data (but the values
+  of the keys in `keep`).
 - `argument_parser(**kwargs)` is argparse whose usage errors raise UsageError (one line in the
   `Error: <what>: <value> (<fix>)` shape); every parser has --version and takes no abbreviated
   flag (allow_abbrev is off for every parser it makes): an unknown flag is an error whose fix
@@ -131,14 +132,16 @@ def redact(text, secrets=None):
     return redact_values(text, secrets)
 
 
-def redacted(value, secrets):
-    """`value` (JSON-shaped data) with every secret in `secrets` blanked in every string."""
+def redacted(value, secrets, keep=()):
+    """`value` (JSON-shaped data) with every secret in `secrets` blanked in every string but the
+    values of the keys in `keep` (base64 payloads: bytes, not text)."""
     if isinstance(value, str):
         return redact_values(value, secrets)
     if isinstance(value, dict):
-        return {key: redacted(item, secrets) for key, item in value.items()}
+        return {key: item if key in keep else redacted(item, secrets, keep)
+                for key, item in value.items()}
     if isinstance(value, (list, tuple)):
-        return [redacted(item, secrets) for item in value]
+        return [redacted(item, secrets, keep) for item in value]
     return value
 
 

@@ -11,6 +11,9 @@ written appends a failed-run marker, so the next prompt never reads as part of i
 Ctrl-C (130), SIGTERM (143) and SIGHUP (129) end the running shell command's process group
 (and every running sub-agent's tree) and append an interrupt record naming them and the
 sub-agents they cut off (attribute cut_off: their conversation names).
+The configured MCP servers the run's shell commands call through `nagent-mcp` are started once,
+on first use, and stay up until the run ends (nagent_mcp_channel.run_channel); they end with it,
+however it ends.
 - Actions run in reply order; consecutive <nagent-agent> tags are one batch run concurrently,
   a barrier for what follows, results in tag order (nagent_loop_actions.process_tags).
 - Before each model call (a turn boundary, never inside a call or an action), messages sent
@@ -57,6 +60,7 @@ from nagent_errors import (EXIT_CODES, BudgetError, ExitSignal, LimitError, Nage
                            ProtocolFailure, ProviderError, UsageError)
 from nagent_hooks import gate_response, refusal_view
 from nagent_loop_actions import FIRST_STEP_MODULES, preload, process_tags, repeated_too_often
+from nagent_mcp_channel import run_channel
 from nagent_procs import exit_signals
 from nagent_project_conversations import new_origin, origin_in, record_use
 from nagent_requests import build_request
@@ -213,11 +217,12 @@ def run_agent_loop(session, prompt, source="argv", events=None):
         events.emit("run_start", conversation=session.path, provider=settings.provider.name,
                     model=settings.model, invocation=session.meta.get("invocation", "user"))
     with ConversationWriter(session.path, lock_timeout=session.limits.lock_timeout) as writer, \
-            exit_signals(), registered(session) as instance:
+            exit_signals(), registered(session) as instance, run_channel(session) as channel:
         if prompt is None:
             prompt = retry_prompt(writer.records(), session.path)
         run = Run(session, writer, events)
         run.instance = instance
+        run.mcp = channel
         try:
             return _run(run, prompt, source)
         finally:   # after the run, off the first request's path: -c and --resume find it

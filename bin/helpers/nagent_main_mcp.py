@@ -2,7 +2,8 @@
 
 Data contract: as every nagent_main_* module: `DESCRIPTION`, `build_parser()`, `main(argv) ->
 exit code`, `run()` (main under nagent_cli.run_main) for the console script and the bin/ shim;
-`run_command(args)` does what the parsed command line asks.
+`run_command(args)` does what the parsed command line asks. Inside a run's shell action the
+run's live MCP sessions answer (nagent_mcp: the run's host checks the deny rules there).
 """
 import os
 import sys
@@ -71,7 +72,9 @@ def run_command(args):
         raise UsageError("expected --list [SERVER] or call SERVER TOOL", " ".join(args.words),
                          "see nagent-mcp --help")
     _, server, tool = args.words
-    refuse_denied(server, tool)
+    from nagent_mcp_wire import CHANNEL_VAR
+    if not os.environ.get(CHANNEL_VAR):   # inside a run the run's host checks the rules it read
+        refuse_denied(server, tool)
     if args.args is not None:
         arguments = nagent_mcp.parse_arguments(args.args)
     elif not sys.stdin.isatty():
