@@ -1,4 +1,6 @@
-"""The run's MCP host, a process main (so a dispatch point: it imports the pool, and with it anyio, only once the SDK is known to be there): the process that keeps one run's MCP servers up (nagent_mcp_pool) and
+"""The run's MCP host, a process main (so a dispatch point: it imports the pool, and with it
+anyio, only once the SDK is known to be there): the process that keeps one run's MCP servers up
+(nagent_mcp_pool) and
 answers the `nagent-mcp` commands of the run's shell actions (nagent_mcp_wire).
 
 Data contract: the driver starts it (nagent_mcp_channel) as `module_argv("nagent_main_mcp_host") +
