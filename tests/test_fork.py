@@ -7,6 +7,7 @@ reads what the child saw from its stdout file:
   /dev/null: the peer sees the parent close it at once, and the child can send nothing on it);
   the conversation lock's flock stays the parent's even when the child unlocks its copy;
   an inheritable descriptor stays, as through exec;
+- streams: output the parent's stdout object still buffered is not written by the child;
 - signals: a handler the parent set from Python (SIGWINCH, SIGUSR1, SIGTERM) is not the child's;
   a mask the parent held (nagent_agents blocks the ending signals while it cuts children off)
   is not the child's;
@@ -126,6 +127,30 @@ class Descriptors(ForkCase):
         os.set_inheritable(write_end, True)
         self.assertEqual(self.fork(lambda: os.write(write_end, b"x")), 1)
         self.assertEqual(os.read(read_end, 1), b"x")
+
+
+class Streams(ForkCase):
+    def test_the_parents_pending_output_never_lands_in_the_childs(self):
+        # The parent's stdout: a buffered stream over fd 1 that only sys.stdout refers to,
+        # holding unflushed text (fd 1 is a pipe meanwhile, then the runner's again).
+        read_end, write_end = os.pipe()
+        self.addCleanup(os.close, read_end)
+        runner_fd1, saved = os.dup(1), sys.stdout
+        os.dup2(write_end, 1)
+        os.close(write_end)
+        sys.stdout = io.TextIOWrapper(io.BufferedWriter(io.FileIO(1, "w", closefd=False), 1 << 16))
+        sys.stdout.write("PARENT-PENDING-OUTPUT")
+        try:
+            files = tuple(tempfile.TemporaryFile() for _ in range(3))
+            self.addCleanup(lambda: [handle.close() for handle in files])
+            proc = fork_call(lambda: print("child output") or 0, ["test-child"], dict(self.env),
+                             self.cwd, files)
+            self.assertEqual(proc.wait(WAIT), 0, self.read(files[2]))
+        finally:
+            sys.stdout = saved   # the test's wrapper goes, flushing into the pipe
+            os.dup2(runner_fd1, 1)
+            os.close(runner_fd1)
+        self.assertEqual(self.read(files[1]), "child output\n")
 
 
 class Signals(ForkCase):

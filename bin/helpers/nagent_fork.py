@@ -21,7 +21,8 @@ The child is what an exec'd process would be, with this process's loaded modules
   ignored), the signal mask is emptied, no wakeup fd.
 - threads, locks, state: only the forking thread exists (the live view's, the typeahead's and
   the snapshot thread's are gone; their objects are never used); new sys.stdin/stdout/stderr
-  objects over its own fds (another thread may hold the old objects' locks at the fork); the
+  objects over its own fds (another thread may hold the old objects' locks at the fork; the old
+  ones are kept alive, unflushed, so the parent's pending output never lands in the child's); the
   temp directory looked up again; this process's objects frozen out of garbage collection (no
   finalizer of ours runs in it); the parent's stack frames are never unwound (no `finally` or
   `with` exit of the parent runs): it ends with os._exit after flushing its streams (none of
@@ -121,9 +122,9 @@ def fork_call(fn, argv, env, cwd, files):
     pid = os.fork()
     if pid:
         return Forked(pid, list(argv))
-    code = 1
+    code, kept = 1, None
     try:
-        _become_child(argv, env, cwd, files, parent)
+        kept = _become_child(argv, env, cwd, files, parent)
         code = fn()
         code = 0 if code is None else code
     except SystemExit as stop:
@@ -187,12 +188,16 @@ def _retire_descriptors():
 
 
 def _become_child(argv, env, cwd, files, parent):
+    """Returns the parent's stream objects: the caller keeps them until os._exit, as nothing
+    else may (an object that went with its last reference would flush the parent's pending
+    output into the child's fd 1 or 2)."""
     gc.freeze()
     for fd, handle in enumerate(files):
         os.dup2(handle.fileno(), fd)
     _retire_descriptors()
     _reset_signals()
     _die_with(parent)
+    parents = (sys.stdin, sys.stdout, sys.stderr)
     sys.stdin = open(0, encoding="utf-8", errors="surrogateescape", closefd=False)
     sys.stdout = open(1, "w", encoding="utf-8", errors="surrogateescape", closefd=False)
     sys.stderr = open(2, "w", encoding="utf-8", errors="backslashreplace", closefd=False,
@@ -202,3 +207,4 @@ def _become_child(argv, env, cwd, files, parent):
     os.environ.update(env)
     tempfile.tempdir = None
     sys.argv = list(argv)
+    return parents
