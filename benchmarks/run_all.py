@@ -1,8 +1,9 @@
 """Run every benchmark of the project and print one summary table (figure, value, target, verdict).
 
 Runs benchmarks/startup.py, turns.py, split_patch.py, split_memory.py, parser.py, long_run.py,
-sandbox.py, first_answer.py, parallel_agents.py, context.py, edit_route.py, batch.py, snapshots.py
-and interactive.py through their main() (a missing or failing one is reported and skipped), then
+sandbox.py, first_answer.py, parallel_agents.py, context.py, edit_route.py, batch.py, snapshots.py,
+interactive.py and warm_children.py through their main() (a missing or failing one is reported
+and skipped), then
 its own measurement: `nagent --status` on a 50 MB conversation (generated with
 nagent_conversation.encode_record into a temp HOME; median of 5 runs). split_corpus.py (every
 splittable file of the stdlib, site-packages and /usr/include: minutes) runs only when asked:
@@ -38,6 +39,7 @@ from base import clean_environ  # noqa: E402
 
 STARTUP_TARGET = 3.0        # no-model command ≤ 3× python3 -c pass
 TURN_TARGET_MS = 30.0
+WARM_TARGET_MS = 300        # a sub-agent or nested edit session: parent's request → child's first
 PREFIX_TARGET = 0.95
 STATUS_TARGET_MS = 150.0
 SPLIT_TARGET_S, PATCH_TARGET_S = 0.5, 1.0  # the 100,000-line Python file
@@ -301,6 +303,13 @@ def summarize_interactive(rows, _text, table):
         table.add(row["figure"], value, row.get("target", "").replace("<=", "≤"), row.get("ok"))
 
 
+def summarize_warm_children(rows, _text, table):
+    for row in rows:
+        table.add(f"{row['label']}: parent's request to the child's first request",
+                  f"{row['median_ms']} ms (min {row['min_ms']}, max {row['max_ms']})",
+                  f"≤ {WARM_TARGET_MS} ms", row["median_ms"] <= WARM_TARGET_MS)
+
+
 BENCHMARKS = (  # name, full argv, --quick argv, summary
     ("startup", [], ["--runs", "3"], summarize_startup),
     ("turns", [], ["openai"], summarize_turns),
@@ -319,6 +328,7 @@ BENCHMARKS = (  # name, full argv, --quick argv, summary
     ("snapshots", [], ["--runs", "3", "--files", "2000", "--turns", "20", "--turn-runs", "1"],
      summarize_snapshots),
     ("interactive", [], ["--runs", "3"], summarize_interactive),
+    ("warm_children", [], ["--runs", "2"], summarize_warm_children),
 )
 OPT_IN = ("split_corpus",)  # minutes long: run only when asked (--corpus or --only)
 
