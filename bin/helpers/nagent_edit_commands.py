@@ -7,8 +7,9 @@ old and new (lists, paired in order), replace_file (a file, or "-" for stdin, ho
 parent_conversation, depth and the setting flags. The pairs follow nagent_replace (the one
 rule). The file's per-file conversation (nagent_file_edit_lib's resolution rule; a new one gets
 its initial context first) receives, under its lock, a prompt record (source "replace") holding
-the <nagent-replace> tag and who sent it, then the result record; the replace runs with that
-session's write authority (nagent_edit_actions.replace_in_place): its target, nothing else.
+the <nagent-replace> tag (its pairs through nagent_protocol_blocks.frame_data: the old text is
+the file's, data a later model of the file's sessions reads) and who sent it, then the result
+record; the replace runs with that session's write authority (nagent_edit_actions.replace_in_place): its target, nothing else.
 No key and no SDK are needed. Output: a line "replaced N pair(s) in PATH (+a −r)", the
 conversation and the diff; with --json {status "replaced", path, conversation, pairs, added,
 removed, sha256_before, sha256_after, diff}. A refusal (no match, two matches, a race with
@@ -22,12 +23,13 @@ import sys
 from nagent_action_base import error_block, error_text
 from nagent_cli import current_cwd, emit_json, load_settings, read_stdin
 from nagent_conversation import ConversationWriter
+from nagent_conversation_layout import Selection
 from nagent_edit_actions import replace_block, replace_in_place
 from nagent_errors import InputError, NagentError, UsageError
 from nagent_file_change import MINUS, unified_diff
 from nagent_loop import start_conversation
 from nagent_procs import exit_signals
-from nagent_protocol_blocks import escape_attr
+from nagent_protocol_blocks import escape_attr, frame_data
 from nagent_replace import Pair, format_pairs, parse_pairs
 from nagent_run import Run
 from nagent_session import build_session
@@ -69,7 +71,7 @@ def replace_prompt(target, pairs, options):
     sender = (f"the main conversation {options['parent_conversation']}"
               if options.get("parent_conversation") else "the command line")
     return (f"Exact replacement sent by {sender}, applied by nagent without a model call:\n"
-            f'<nagent-replace path="{escape_attr(target)}">\n{format_pairs(pairs)}\n'
+            f'<nagent-replace path="{escape_attr(target)}">\n{frame_data(format_pairs(pairs))}\n'
             "</nagent-replace>")
 
 
@@ -77,8 +79,11 @@ def run_replace(options):
     pairs = pairs_from(options, sys.stdin)
     delegated = options.get("invocation") == "delegated"
     settings = load_settings(options, warn=not delegated)
-    session = build_session(dict(options, file_edit=options["file"]), dict(os.environ),
-                            current_cwd(), settings, needs_model=False)
+    session = build_session(Selection(pid=options.get("pid"), file_edit=options["file"]),
+                            dict(os.environ), current_cwd(), settings, needs_model=False,
+                            invocation=options.get("invocation") or "user",
+                            parent_conversation=options.get("parent_conversation"),
+                            depth=options.get("depth") or 0, budget=options.get("budget"))
     target = session.write_mode.target
     ctx = session.action_context
     with ConversationWriter(session.path, lock_timeout=session.limits.lock_timeout) as writer, \

@@ -25,14 +25,16 @@ The child is what an exec'd process would be, with this process's loaded modules
   ones are kept alive, unflushed, so the parent's pending output never lands in the child's); the
   temp directory looked up again; this process's objects frozen out of garbage collection (no
   finalizer of ours runs in it); the parent's stack frames are never unwound (no `finally` or
-  `with` exit of the parent runs): it ends with os._exit after flushing its streams (none of
-  our atexit functions run). A tool that raises SystemExit exits with its code; an uncaught
-  error prints its traceback and exits 1.
+  `with` exit of the parent runs): it ends with os._exit after flushing its streams (it starts
+  with no atexit functions, so a tool that ends with nagent_cli.exit_now runs only its own).
+  A tool that raises SystemExit exits with its code; an uncaught error prints its traceback
+  and exits 1.
 - its lifetime: it stays in this process group (a terminal's Ctrl-C reaches it, as it reaches
   an exec'd child) and gets SIGTERM when this process dies (PR_SET_PDEATHSIG).
 `Forked`: pid, returncode, poll(), wait(timeout=None) (subprocess.TimeoutExpired), send_signal,
 kill: what nagent_agents and nagent_procs use of a subprocess.Popen.
 """
+import atexit
 import gc
 import importlib
 import os
@@ -192,6 +194,7 @@ def _become_child(argv, env, cwd, files, parent):
     else may (an object that went with its last reference would flush the parent's pending
     output into the child's fd 1 or 2)."""
     gc.freeze()
+    atexit._clear()
     for fd, handle in enumerate(files):
         os.dup2(handle.fileno(), fd)
     _retire_descriptors()

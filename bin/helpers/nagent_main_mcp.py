@@ -9,6 +9,8 @@ import sys
 
 from nagent_cli import early_exit, run_main
 
+DEFAULT_TIMEOUT = 60.0   # seconds a server may take to answer (--timeout)
+
 PROG = "nagent-mcp"
 DESCRIPTION = ("Use MCP server tools: `nagent-mcp --list [SERVER]` shows tools and their arguments, "
                "`nagent-mcp call SERVER TOOL --args JSON` runs one; --json for scripts.")
@@ -24,7 +26,6 @@ EPILOG = ("Servers come from \"mcp_servers\" in ~/.nagent/config.json (the mcpSe
 
 def build_parser():
     from nagent_cli import argument_parser
-    from nagent_mcp import DEFAULT_TIMEOUT
     parser = argument_parser(prog=PROG, description=DESCRIPTION, epilog=EPILOG, examples=EXAMPLES,
                              exits=EXITS)
     parser.add_argument("words", nargs="*", metavar="call SERVER TOOL",

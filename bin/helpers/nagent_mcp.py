@@ -18,19 +18,19 @@ reaches it unless its own `env` names it explicitly.
 """
 import json
 
-from nagent_errors import UsageError
-from nagent_secrets import redact
-
-DEFAULT_TIMEOUT = 60.0
+import nagent_mcp_config as mcp_config
+from nagent_config_checks import resolve_checked
+from nagent_errors import ConfigError, UsageError
+from nagent_mcp_client import McpCallError, call_tool, list_tools
+from nagent_mcp_render import error_message, render_result, tool_entry
+from nagent_secrets import key_names, redact, scrubbed_env
 
 
 def _settings(environ):
-    from nagent_config import resolve_settings
-    return resolve_settings({}, environ)
+    return resolve_checked({}, environ)
 
 
 def server_base_env(settings, environ):
-    from nagent_secrets import key_names, scrubbed_env
     return scrubbed_env(environ, key_names(settings.providers.values()))
 
 
@@ -54,10 +54,7 @@ def _check_timeout(timeout):
     return float(timeout)
 
 
-def list_servers(name, environ, timeout=DEFAULT_TIMEOUT):
-    import nagent_mcp_config as mcp_config
-    from nagent_errors import ConfigError
-    from nagent_mcp_render import tool_entry
+def list_servers(name, environ, timeout):
     timeout = _check_timeout(timeout)
     settings = _settings(environ)
     specs = (mcp_config.find_server(settings.mcp_servers, name),) if name else settings.mcp_servers
@@ -70,7 +67,6 @@ def list_servers(name, environ, timeout=DEFAULT_TIMEOUT):
         except ConfigError as error:
             answers[spec.name] = {"tools": [], "error": error, "warning": ""}
     if resolved:
-        from nagent_mcp_client import list_tools
         for answer in list_tools(resolved, server_base_env(settings, environ), timeout):
             answers[answer["name"]] = answer
     servers, first_error = [], None
@@ -90,15 +86,12 @@ def _redact_blocks(blocks, secrets):
              for key, value in block.items()} for block in blocks]
 
 
-def call(name, tool, arguments, environ, timeout=DEFAULT_TIMEOUT, tmpdir=None):
-    import nagent_mcp_config as mcp_config
-    from nagent_mcp_render import render_result
+def call(name, tool, arguments, environ, timeout, tmpdir=None):
     timeout = _check_timeout(timeout)
     if not tool or not isinstance(tool, str):
         raise UsageError("no tool name given", "", "nagent-mcp call SERVER TOOL")
     settings = _settings(environ)
     server = mcp_config.resolve(mcp_config.find_server(settings.mcp_servers, name), environ)
-    from nagent_mcp_client import call_tool
     result, warning = call_tool(server, tool, arguments, server_base_env(settings, environ), timeout)
     text, blocks = render_result(result, f"{name}-{tool}", tmpdir)
     text = redact(text, server.secrets)
@@ -113,7 +106,5 @@ def call(name, tool, arguments, environ, timeout=DEFAULT_TIMEOUT, tmpdir=None):
 
 
 def tool_failure(outcome):
-    from nagent_mcp_client import McpCallError
-    from nagent_mcp_render import error_message
     message = error_message({"content": [block for block in outcome["content"] if block.get("type") == "text"]})
     return McpCallError("MCP tool failed", f"{outcome['server']}/{outcome['tool']}: {message}")

@@ -4,6 +4,9 @@ Data contract:
 - `git_marker_dir(directory)` -> the nearest directory at or above `directory` that holds a
   `.git` entry (a directory, or the `.git` file of a linked worktree or submodule), or None. A
   walk over the filesystem only: outside a repository no git process is ever started.
+- `search_marker(real) -> (marker, inside)`: git_marker_dir of the realpath `real`, and one
+  line when `real` lies inside that marker's `.git` directory (git's own files: never a
+  project, nor a tree nagent snapshots), else None.
 - `probe_project(cwd, environ, secret_names=None)` -> ProjectSearch(project, refused): the one
   validated project root every caller uses (context layers, skills, project tools, --trust,
   --config, and other concerns that need "the project").
@@ -30,6 +33,13 @@ Data contract:
   nagent_config.child_key_names, no prompt, no pager, no optional locks, the ceiling above M,
   PATH without relative entries), stdin closed, GIT_TIMEOUT seconds; git itself is looked up in
   the absolute PATH entries only (nagent_paths.find_program: a clone's own `git` never runs).
+  Only READING_SUBCOMMANDS (rev-parse, log, ls-files, diff-index): none runs a command the
+  repository's config or attributes name (a filter, textconv, external diff, hook, fsmonitor),
+  which a sandboxed command may have written; anything else is a ValueError. Every git process
+  nagent starts on a project goes through here (the guard's tracked/changed questions too).
+- `with_git_safety(env)`: the environment of a shell action, with git told (GIT_CONFIG_COUNT,
+  after any the user set) `safe.bareRepository=explicit` like nagent's own git: a bare
+  repository a clone carries is never discovered, so its committed config runs nothing.
 - `has_permissions_file(cwd)`: whether the `.nagent` marker's directory holds a
   `.nagent/permissions` file (a filesystem walk only: callers read the rules, validated
   through find_project, only when it does).
@@ -47,6 +57,14 @@ DISCOVERY_VARIABLES = ("GIT_DIR", "GIT_WORK_TREE", "GIT_COMMON_DIR", "GIT_CEILIN
                        "GIT_DISCOVERY_ACROSS_FILESYSTEM", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY",
                        "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_NAMESPACE")
 
+# What nagent itself asks git about a project: subcommands that read the index, refs and objects
+# and never a work-tree file through a filter, a textconv or an external diff, and run no hook.
+# The repository's config is not nagent's: a sandboxed command can write .git/config and
+# .gitattributes, and this git runs in the driver, outside the sandbox (`git status` runs a
+# clean filter: never here). Anything else about the work tree is read in Python.
+BARE_REPOSITORIES = ("safe.bareRepository", "explicit")
+READING_SUBCOMMANDS = frozenset({"rev-parse", "log", "ls-files", "diff-index"})
+
 Project = namedtuple("Project", "root branch git_dir")
 ProjectSearch = namedtuple("ProjectSearch", "project refused")
 
@@ -62,6 +80,13 @@ def git_marker_dir(directory):
         current = parent
 
 
+def search_marker(real):
+    marker = git_marker_dir(real)
+    if marker is not None and within(real, os.path.join(marker, ".git"), inclusive=True):
+        return marker, f"{real} is inside the repository directory {marker}/.git"
+    return marker, None
+
+
 def git_environ(environ, secret_names=None, ceiling=None):
     """The environment of a git process nagent starts itself: no provider keys, no prompts, no
     repository but the one found; with `ceiling` (the marker directory) git never looks above it."""
@@ -75,13 +100,29 @@ def git_environ(environ, secret_names=None, ceiling=None):
     return env
 
 
+def with_git_safety(env):
+    """`env` for a process that may run git where nagent did not choose the repository (a shell
+    action: plan mode runs `git status` there as read-only): GIT_CONFIG_COUNT entries after the
+    caller's own make git never discover a bare repository the project carries, whose
+    committed config could name commands (core.fsmonitor) that git runs."""
+    env = dict(env)
+    count = env.get("GIT_CONFIG_COUNT", "")
+    index = int(count) if count.isdigit() else 0
+    key, value = BARE_REPOSITORIES
+    env.update({f"GIT_CONFIG_KEY_{index}": key, f"GIT_CONFIG_VALUE_{index}": value,
+                "GIT_CONFIG_COUNT": str(index + 1)})
+    return env
+
+
 def git_command(directory, *args, git="git"):
     # The repository may be untrusted: no pager, no fsmonitor hook, no bare repository it carries.
-    return [git, "--no-pager", "-c", "core.fsmonitor=false", "-c", "safe.bareRepository=explicit",
+    return [git, "--no-pager", "-c", "core.fsmonitor=false", "-c", "=".join(BARE_REPOSITORIES),
             "-C", directory, *args]
 
 
 def run_git(marker, args, environ=None, secret_names=None):
+    if not args or args[0] not in READING_SUBCOMMANDS:
+        raise ValueError(f"run_git runs only {sorted(READING_SUBCOMMANDS)}: {args[:1]}")
     environ = os.environ if environ is None else environ
     git = find_program("git", environ.get("PATH", os.defpath))
     if git is None:
@@ -132,8 +173,8 @@ def root_problem(marker, top, home):
 def probe_project(cwd, environ=None, secret_names=None):
     environ = os.environ if environ is None else environ
     real = os.path.realpath(cwd)
-    marker = git_marker_dir(real)
-    if marker is None or within(real, os.path.join(marker, ".git"), inclusive=True):
+    marker, inside = search_marker(real)
+    if marker is None or inside:
         return ProjectSearch(None, None)
     home = _home(environ)
     problem = root_problem(marker, marker, home)

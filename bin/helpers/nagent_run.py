@@ -26,10 +26,10 @@ from dataclasses import replace
 import nagent_llm
 from nagent_accounting import TokenStats, add_result, call_cost
 from nagent_budget import Caps, encode, left, over, report, share
-from nagent_cli import redact
 from nagent_conversation_tail import last_stats, window_chain
 from nagent_events import Events
 from nagent_run_records import is_user_prompt
+from nagent_secrets import redact
 from nagent_stats_format import encode_stats
 
 USAGE_FIELDS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens",
