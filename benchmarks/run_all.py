@@ -2,7 +2,8 @@
 
 Runs benchmarks/startup.py, turns.py, split_patch.py, split_memory.py, parser.py, long_run.py,
 sandbox.py, first_answer.py, parallel_agents.py, context.py, edit_route.py, batch.py, snapshots.py,
-interactive.py and mcp_calls.py through their main() (a missing or failing one is reported and skipped), then
+interactive.py, mcp_calls.py and warm_children.py through their main() (a missing or failing one is
+reported and skipped), then
 its own measurement: `nagent --status` on a 50 MB conversation (generated with
 nagent_conversation.encode_record into a temp HOME; median of 5 runs). split_corpus.py (every
 splittable file of the stdlib, site-packages and /usr/include: minutes) runs only when asked:
@@ -38,6 +39,7 @@ from base import clean_environ  # noqa: E402
 
 STARTUP_TARGET = 2.5        # no-model command ≤ 2.5× python3 -c pass (ratio of minimums)
 TURN_TARGET_MS = 30.0
+WARM_TARGET_MS = 300        # a sub-agent or nested edit session: parent's request → child's first
 PER_TURN_TARGET_MS, GAP_TARGET_MS = 8.0, 10.0       # issue 25: (T20 − T1)/19; later gaps
 FIRST_STEP_TARGET_MS, ANSWER_EXIT_TARGET_MS = 40.0, 50.0
 PREFIX_TARGET = 0.95
@@ -326,6 +328,13 @@ def summarize_mcp_calls(rows, _text, table):
                   row["over_own_ms"] <= row["target_ms"])
 
 
+def summarize_warm_children(rows, _text, table):
+    for row in rows:
+        table.add(f"{row['label']}: parent's request to the child's first request",
+                  f"{row['median_ms']} ms (min {row['min_ms']}, max {row['max_ms']})",
+                  f"≤ {WARM_TARGET_MS} ms", row["median_ms"] <= WARM_TARGET_MS)
+
+
 BENCHMARKS = (  # name, full argv, --quick argv, summary
     ("startup", [], ["--runs", "3"], summarize_startup),
     ("turns", [], ["openai"], summarize_turns),
@@ -345,6 +354,7 @@ BENCHMARKS = (  # name, full argv, --quick argv, summary
      summarize_snapshots),
     ("interactive", [], ["--runs", "3"], summarize_interactive),
     ("mcp_calls", [], ["--calls", "4", "--runs", "1", "--cold", "1"], summarize_mcp_calls),
+    ("warm_children", [], ["--runs", "2"], summarize_warm_children),
 )
 OPT_IN = ("split_corpus",)  # minutes long: run only when asked (--corpus or --only)
 

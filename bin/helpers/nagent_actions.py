@@ -31,7 +31,7 @@ from nagent_action_base import (ActionContext, ActionOutcome, error_block, error
                                 hook_refusal, refresh_target_id, resolve_path, write_mode_now)
 from nagent_action_batch import Planned, process_batch
 from nagent_action_targets import pin_target, release
-from nagent_agents import Job, child_name
+from nagent_agents import Job, child_args, child_name
 from nagent_budget import decode, exhausted
 from nagent_edit_actions import execute_replace, file_edit_job, observe, observed
 from nagent_errors import NagentError
@@ -215,7 +215,7 @@ def agent_job(action, ctx):
     task = action.body.strip()
     if not task:
         return error_block("nagent-agent-result", "empty task", attrs)
-    return Planned(Job(0, name, task),
+    return Planned(Job(0, name, task, tuple(child_args(ctx, name)), tool="nagent"),
                    lambda result: agent_outcome(result, {"conversation": result.name}))
 
 

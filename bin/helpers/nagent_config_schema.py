@@ -216,6 +216,9 @@ SCHEMA = (
         0, True),
     Key("snapshots.keep_turns", "int", 200, "snapshots of turns before the last this many of the "
         "project are pruned", 1),
+    Key("warm_children", "bool", True, "start sub-agents and nested edit sessions as forks of "
+        "the running nagent (no second SDK import); false: as new processes", section="agents",
+        field="warm"),
 )
 KEYS = {key.name: key for key in SCHEMA}
 FIXED = ("provider", "model")   # resolved together: Settings.provider (a ProviderRow) and .model

@@ -243,7 +243,7 @@ def build_session(selection, environ, cwd, settings=None, needs_model=True, *, i
             cwd=cwd, environ=run_environ, write_mode=mode, conversation=path, side_dir=side_dir,
             shell_policy=policy(), settings=settings, pid=pid, depth=depth,
             max_depth=settings.agents.max_depth, agent_timeout=settings.agents.timeout,
-            max_parallel=settings.agents.max_parallel,
+            max_parallel=settings.agents.max_parallel, warm_children=settings.agents.warm,
             file_tool_timeout=settings.file_tools.timeout,
             file_tool_memory=settings.file_tools.memory_mb << 20,
             secret_names=key_names(rows), secrets=secrets,
