@@ -1,5 +1,5 @@
 """Run-time costs of a run (issue 25), kept as behaviour: the process ends as soon as its answer
-is out (nagent_cli.exit_now) with nothing it wrote lost; the OpenAI adapter hands the
+is out (nagent_exit.exit_now) with nothing it wrote lost; the OpenAI adapter hands the
 conversation to the SDK untransformed, with the same JSON body on the wire.
 """
 import os
@@ -27,7 +27,7 @@ class ExitNowTest(HermeticTestCase):
     def test_flushes_runs_atexit_and_skips_teardown(self):
         proc = run_snippet(self, """
             import atexit, sys
-            import nagent_cli
+            import nagent_exit
 
             class Teardown:
                 def __del__(self):
@@ -37,7 +37,7 @@ class ExitNowTest(HermeticTestCase):
             atexit.register(lambda: sys.stdout.write("atexit ran\\n"))
             sys.stdout.write("answer\\n")   # buffered: a pipe
             sys.stderr.write("note")
-            nagent_cli.exit_now(7)
+            nagent_exit.exit_now(7)
             sys.stdout.write("not reached\\n")
         """)
         self.assertEqual(proc.returncode, 7)
@@ -48,10 +48,10 @@ class ExitNowTest(HermeticTestCase):
         """Under cProfile (benchmarks/turns.py --profile) the profile is written at the end."""
         proc = run_snippet(self, """
             import cProfile, sys
-            import nagent_cli
+            import nagent_exit
             profile = cProfile.Profile()
             profile.enable()
-            code = nagent_cli.exit_now(4)
+            code = nagent_exit.exit_now(4)
             profile.disable()
             print("returned", code)
         """)
@@ -63,7 +63,7 @@ class ExitNowTest(HermeticTestCase):
         marker = os.path.join(self.tmp, "written")
         proc = run_snippet(self, f"""
             import threading, time
-            import nagent_cli
+            import nagent_exit
             go = threading.Event()
 
             def work():
@@ -73,7 +73,7 @@ class ExitNowTest(HermeticTestCase):
                     handle.write("done")
 
             threading.Thread(target=work).start()
-            code = nagent_cli.exit_now(5)
+            code = nagent_exit.exit_now(5)
             print("returned", code, flush=True)
             go.set()
             sys.exit(code)
@@ -88,10 +88,10 @@ class ExitNowTest(HermeticTestCase):
         reports the broken pipe as it always did (exit 120)."""
         script = f"import sys\nsys.path.insert(0, {HELPERS!r})\n" + textwrap.dedent("""
             import sys
-            import nagent_cli
+            import nagent_exit
             sys.stdin.readline()          # the reader has closed its end by now
             sys.stdout.write("answer\\n")
-            code = nagent_cli.exit_now(0)
+            code = nagent_exit.exit_now(0)
             sys.stderr.write(f"returned {code}\\n")
             sys.exit(code)
         """)

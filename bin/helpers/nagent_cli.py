@@ -17,13 +17,6 @@ Data contract:
   errors count too), the error is also one JSON object on stdout, `json_document(error)`
   (default: error.as_dict()); for a tool with `events`, --events (or --output-format
   stream-json) makes it an "error" and a "run_end" JSON line.
-- `exit_now(code)`: a tool's last call once its work is done (nagent_main.run): flushes stdout and
-  stderr, runs the atexit functions, and ends the process with `code` (os._exit), skipping the
-  interpreter's teardown (0.3-0.5 s of freeing every module's objects once a provider SDK is
-  loaded; it keeps no data). It returns `code` for the ordinary exit instead when a stream
-  cannot be flushed (a closed pipe: the interpreter reports it as it always did), a
-  non-daemon thread is still running (the ordinary exit waits for it), or a profiler or tracer
-  is on (it writes its data at the ordinary exit).
 - `output_mode(args)` -> "text" | "json" | "events" from a parsed command line (both:
   UsageError). These helpers take a command line as argparse's namespace or dict, or as an
   nagent_invocation.Invocation (`parsed_flags`): they are the command layer's own.
@@ -61,10 +54,8 @@ Data contract:
   allowed). `Spinner` draws on stderr only when stderr is a TTY and that allows it; it writes
   no escape sequence (the line is cleared with spaces), so NO_COLOR output stays plain.
 """
-import atexit
 import os
 import sys
-import threading
 import time
 
 from nagent_errors import (EXIT_CODES, EXIT_MEANINGS, ExitSignal, InputError, NagentError,
@@ -74,34 +65,6 @@ from nagent_secrets import SHELL_ACTION_VAR, make_undumpable
 from nagent_secrets import redact as redact_values
 from nagent_paths import current_cwd  # noqa: F401  (the commands' working directory)
 from nagent_terminal_text import spinner_allowed, terminal_columns  # noqa: F401
-
-
-def _flushed():
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            if stream is not None:
-                stream.flush()
-        except (OSError, ValueError):   # a closed pipe or stream
-            return False
-    return True
-
-
-def exit_now(code):
-    """End the process with `code` now; see the module's contract. Every record of a run is
-    already in its file (one os.write each, the same as at an ordinary exit), and the run's
-    files are closed by then: what is skipped only frees memory."""
-    if sys.getprofile() is not None or sys.gettrace() is not None:
-        return code   # a profiler or a tracer (cProfile, coverage) writes its data at the end
-    current = threading.current_thread()
-    if any(thread is not current and not thread.daemon and thread.is_alive()
-           for thread in threading.enumerate()):
-        return code
-    if not _flushed():
-        return code
-    atexit._run_exitfuncs()
-    if not _flushed():
-        return code
-    os._exit(code if isinstance(code, int) else 1)
 
 
 def early_exit(argv, prog, text):

@@ -26,7 +26,7 @@ The child is what an exec'd process would be, with this process's loaded modules
   temp directory looked up again; this process's objects frozen out of garbage collection (no
   finalizer of ours runs in it); the parent's stack frames are never unwound (no `finally` or
   `with` exit of the parent runs): it ends with os._exit after flushing its streams (it starts
-  with no atexit functions, so a tool that ends with nagent_cli.exit_now runs only its own).
+  with no atexit functions, so a tool that ends with nagent_exit.exit_now runs only its own).
   A tool that raises SystemExit exits with its code; an uncaught error prints its traceback
   and exits 1.
 - its lifetime: it stays in this process group (a terminal's Ctrl-C reaches it, as it reaches

@@ -13,7 +13,8 @@ with --events an "error" and a "run_end" line), for the console script and the b
 import sys
 import time
 
-from nagent_cli import ALL_EXITS, early_exit, exit_now, run_main
+from nagent_cli import ALL_EXITS, early_exit, run_main
+from nagent_exit import exit_now
 
 PROG = "nagent"
 DESCRIPTION = "Main agent loop: run a prompt against the conversation file for this shell (nagent \"prompt\")."
@@ -182,7 +183,7 @@ def json_document(error):
 
 def run():
     """main under the shared error convention; the process ends as soon as the answer is out
-    (nagent_cli.exit_now), without waiting for the interpreter's teardown."""
+    (nagent_exit.exit_now), without waiting for the interpreter's teardown."""
     started = time.monotonic()
     return exit_now(run_main(lambda argv: main(argv, started), json_document=json_document,
                              events=True))
