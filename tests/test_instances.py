@@ -32,9 +32,12 @@ class PsDuringRun(ParallelCase):
         env = self.env
 
         def shells_running():
+            # the parent notes "2 of 2 running" at its next look at the children, which forked
+            # children can beat to their shell actions
             found = instances.list_instances(env)
             return len(found) == 3 and sum(1 for item in found
-                                           if (item.get("action") or "").startswith("shell: sleep")) == 2
+                                           if (item.get("action") or "").startswith("shell: sleep")) == 2 \
+                and any(item.get("action") == "agents: 2 of 2 running" for item in found)
 
         self.assertTrue(wait_for(shells_running, 60), instances.list_instances(env))
         listing = self.nagent("--ps", "--json")
