@@ -1,7 +1,7 @@
 """Output for scripts: `nagent --json` prints one JSON object for every outcome (usage, config,
 setup and run errors included) with exit_code, error, provider, model and the actions run;
 `nagent --events` writes JSON Lines as the run goes, each line parseable alone and following
-the schema the README documents (nagent_events.EVENT_FIELDS)."""
+the schema docs/scripting.md documents (nagent_events.EVENT_FIELDS)."""
 import json
 import os
 import re
@@ -140,10 +140,10 @@ class GatedAnswerTest(NagentRunCase):
 
 
 class EventsDocumentedTest(HermeticTestCase):
-    def test_readme_schema_matches_the_code(self):
-        with open(os.path.join(REPO, "README.md"), encoding="utf-8") as handle:
-            readme = handle.read()
-        section = readme[readme.index("### Events"):]
+    def test_docs_schema_matches_the_code(self):
+        with open(os.path.join(REPO, "docs", "scripting.md"), encoding="utf-8") as handle:
+            page = handle.read()
+        section = page[page.index("## Events"):]
         section = section[:section.index("\n## ")]
         rows = dict(re.findall(r"^\| `(\w+)` \| ([^|]*) \|", section, re.M))
         self.assertEqual(set(rows), set(EVENT_FIELDS))

@@ -138,7 +138,7 @@ class DaskEngine:
 
     def cancel(self):
         # An attempt already running on a worker ends by itself there; its result is dropped
-        # and its workspace stays on that worker (README: docs/batch.md, "Interrupting").
+        # and its workspace stays on that worker (docs/batch.md, "Interrupting").
         self.cancelled = True
         self.client.cancel(list(self.submitted))
 

@@ -14,7 +14,12 @@ Data contract:
 - `diff(ws, environ)` -> text: the workspace against `base`, untracked files included (as new
   files, symlinks as links, binaries in git's binary form), ignored files not. It uses a
   private copy of the worktree's index with intent-to-add entries: nothing is staged in the
-  workspace and no object but git's empty blob is written to the repository.
+  workspace and no object is written to the repository. git runs with a GIT_DIR of its own
+  (nagent_shadow_git.init_git_dir: a plain config, the repository's objects as alternates, its
+  info/exclude copied), found from what `create` recorded (a worktree's admin directory, a
+  clone's .git): the task's nagent may have written the workspace's .git (a clone's config, a
+  worktree's `gitdir:` file), and this git runs outside any sandbox, so no filter, diff
+  driver or hook the workspace names ever runs.
 - `remove(ws, environ)` -> None when the workspace is gone, else the reason it was kept. Only
   the directory `create` made is removed, checked by its identity through a descriptor of its
   parent (a path that now leads elsewhere, or a symlink, is left alone): a worktree through
@@ -36,8 +41,10 @@ from dataclasses import dataclass, replace
 
 from nagent_batch_tasks import is_url
 from nagent_errors import NagentError
+from nagent_fs import atomic_write, read_regular
 from nagent_paths import within
 from nagent_project import git_command, git_environ
+from nagent_shadow_git import init_git_dir
 
 GIT_TIMEOUT = 600.0
 
@@ -136,17 +143,50 @@ def _admin_dir(path, repo, environ):
     return admin if admin and within(admin, os.path.join(root, "worktrees")) else None
 
 
+# The private GIT_DIR a diff runs with: nothing in it names a command (no filter, diff driver,
+# hook or fsmonitor), and GIT_DIR in the environment means git reads no config of the workspace.
+DIFF_CONFIG = "[core]\n\trepositoryformatversion = 0\n\tbare = false\n\tlogallrefupdates = false\n"
+
+
+def _git_store(ws, environ):
+    """(objects dir, index, info/exclude) of the workspace's repository, from what nagent
+    recorded when it made the workspace, never from the workspace's .git (its nagent may have
+    pointed it at a repository of its own)."""
+    if ws.kind == "clone":
+        common = os.path.join(ws.path, ".git")   # read as data only: objects and the index
+        index = os.path.join(common, "index")
+    else:
+        if ws.admin:
+            common, index = os.path.dirname(os.path.dirname(ws.admin)), os.path.join(ws.admin, "index")
+        else:
+            found = git(ws.repo, "rev-parse", "--path-format=absolute", "--git-common-dir",
+                        environ=environ)
+            common, index = found.stdout.decode("utf-8", "surrogateescape").strip(), None
+    return os.path.join(common, "objects"), index, os.path.join(common, "info", "exclude")
+
+
 def diff(ws, environ):
-    own = git(ws.path, "rev-parse", "--git-path", "index", environ=environ, check=False)
-    index = os.path.join(ws.path, own.stdout.decode("utf-8", "surrogateescape").strip())
+    objects, index, exclude = _git_store(ws, environ)
     with tempfile.TemporaryDirectory(prefix="nagent-batch-index-") as scratch:
+        git_dir = os.path.join(scratch, "git")
+        init_git_dir(git_dir, config=DIFF_CONFIG, attributes=None, alternates=objects)
+        source = read_regular(exclude, 1 << 20)
+        if source:
+            atomic_write(os.path.join(git_dir, "info", "exclude"), source, 0o600, sync=False)
         copy = os.path.join(scratch, "index")
-        if os.path.isfile(index):
-            shutil.copyfile(index, copy)
-        extra = {"GIT_INDEX_FILE": copy}
-        if not os.path.isfile(index):
+        extra = {"GIT_DIR": git_dir, "GIT_WORK_TREE": ws.path, "GIT_INDEX_FILE": copy}
+        try:
+            if not (index and stat.S_ISREG(os.lstat(index).st_mode)):
+                raise OSError("no index")
+            shutil.copyfile(index, copy)   # its stat data spares git re-hashing every file
+            git(ws.path, "add", "--intent-to-add", "--all", "--", ".", environ=environ,
+                extra_env=extra)
+        except (OSError, WorkspaceError):   # none, or one git cannot read alone: start afresh
+            if os.path.lexists(copy):
+                os.unlink(copy)
             git(ws.path, "read-tree", ws.base, environ=environ, extra_env=extra)
-        git(ws.path, "add", "--intent-to-add", "--all", "--", ".", environ=environ, extra_env=extra)
+            git(ws.path, "add", "--intent-to-add", "--all", "--", ".", environ=environ,
+                extra_env=extra)
         proc = git(ws.path, "diff", "--no-color", "--no-ext-diff", "--no-textconv", "--binary",
                    ws.base, "--", environ=environ, extra_env=extra)
     return proc.stdout.decode("utf-8", "replace")

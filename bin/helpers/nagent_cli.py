@@ -27,7 +27,10 @@ Data contract:
 - `argument_parser(**kwargs)` is argparse whose usage errors raise UsageError (one line in the
   `Error: <what>: <value> (<fix>)` shape); every parser has --version and takes no abbreviated
   flag (allow_abbrev is off for every parser it makes): an unknown flag is an error whose fix
-  is "did you mean --FLAG?" when one is close (`suggestion`).
+  is "did you mean --FLAG?" when one is close (`suggestion`). With `examples` (pairs of a
+  command line and a comment, or a bare line) and `exits` (kinds of nagent_errors.EXIT_TABLE),
+  --help ends with them (`help_epilog`): prose paragraphs wrap to the terminal, indented lines
+  keep their layout.
 - `report_incomplete(result)`: nagent-llm-text's and nagent-llm-upload's warning for an
   incomplete reply, and their exit code.
 - `read_prompt(words, stdin)` returns (prompt text, source) for argv, piped stdin, or argv
@@ -47,7 +50,8 @@ import os
 import sys
 import time
 
-from nagent_errors import EXIT_CODES, ExitSignal, InputError, NagentError, UsageError
+from nagent_errors import (EXIT_CODES, EXIT_MEANINGS, ExitSignal, InputError, NagentError,
+                           UsageError)
 from nagent_install import reexec_under_run_python
 from nagent_secrets import SHELL_ACTION_VAR, make_undumpable
 from nagent_secrets import redact as redact_values
@@ -286,10 +290,34 @@ def terminal_columns():
     return columns or 80
 
 
-def argument_parser(**kwargs):
-    """argparse, but a bad command line is a UsageError: one `Error:` line and exit 2."""
+ALL_EXITS = tuple(EXIT_CODES)
+
+
+def help_epilog(text="", examples=(), exits=()):
+    """The end of a --help: `text` (prose), then "examples:" (each a command line, or a
+    (command line, comment) pair), then "exit codes:" with each kind's code and meaning from the
+    one table (nagent_errors.EXIT_TABLE), in code order."""
+    parts = [text] if text else []
+    if examples:
+        rows = [row if isinstance(row, tuple) else (row, "") for row in examples]
+        wide = max(len(line) for line, comment in rows if comment) if any(c for _, c in rows) else 0
+        parts.append("examples:\n" + "\n".join(
+            f"  {line.ljust(wide)}   # {comment}" if comment else f"  {line}" for line, comment in rows))
+    if exits:
+        codes = sorted((EXIT_CODES[kind], kind) for kind in exits)
+        parts.append("exit codes:\n" + "\n".join(f"  {code:>3}  {EXIT_MEANINGS[kind]}"
+                                                   for code, kind in codes))
+    return "\n\n".join(parts)
+
+
+def argument_parser(examples=(), exits=(), **kwargs):
+    """argparse, but a bad command line is a UsageError: one `Error:` line and exit 2; --help
+    ends with `examples` and the exit codes `exits` (help_epilog)."""
     import argparse
     from nagent_install import version_line
+
+    if examples or exits:
+        kwargs["epilog"] = help_epilog(kwargs.get("epilog") or "", examples, exits)
 
     class Formatter(kwargs.pop("formatter_class", argparse.HelpFormatter)):
         # argparse asks shutil for the width, and shutil imports bz2, lzma and fnmatch: every
@@ -297,6 +325,15 @@ def argument_parser(**kwargs):
         def __init__(self, prog, **kwargs):
             kwargs.setdefault("width", terminal_columns() - 2)
             super().__init__(prog, **kwargs)
+
+        def _fill_text(self, text, width, indent):
+            # Prose wraps to the terminal; a paragraph with indented lines (examples, the exit
+            # codes) keeps its layout, as RawDescriptionHelpFormatter would keep it.
+            blocks = text.split("\n\n")
+            return "\n\n".join(
+                "\n".join(indent + line for line in block.splitlines())
+                if any(line.startswith("  ") for line in block.splitlines())
+                else super(Formatter, self)._fill_text(block, width, indent) for block in blocks)
 
     class Parser(argparse.ArgumentParser):
         def __init__(self, **options):
@@ -378,7 +415,7 @@ def add_output_flags(parser, events=True):
                         help="print one JSON object on stdout, for every outcome (errors too)")
     if events:
         parser.add_argument("--events", action="store_true",
-                            help="write JSON Lines events on stdout as the run goes (README: Events)")
+                            help="write JSON Lines events on stdout as the run goes (docs/scripting.md)")
         parser.add_argument("--output-format", choices=("text", "json", "stream-json"),
                             help="text (default), json (= --json) or stream-json (= --events)")
         parser.add_argument("-q", "--quiet", action="store_true",

@@ -129,7 +129,7 @@ def check_mcp_servers(value, name, warn):
 
 
 SCHEMA = (
-    Key("provider", "str", "openai", "provider name or alias (see the README's provider table)",
+    Key("provider", "str", "openai", "provider name or alias (see docs/configuration.md, Providers)",
         flag="--provider", section=""),
     Key("model", "str", None, "model name (default: the provider's default model)",
         flag="--model", section=""),
@@ -207,7 +207,7 @@ SCHEMA = (
     Key("max_gate_refusals", "int", 3, "refusals by the response hook before the run stops", 1,
         aliases=("hooks.max_gate_refusals",), section="hooks", field="max_gate_refusals"),
     Key("permissions", "rules", (), "permission rules: allow, confirm or deny shell commands, "
-        "paths and MCP tools (README: Permission rules)", section="", check=check_permissions),
+        "paths and MCP tools (docs/projects.md, Permission rules)", section="", check=check_permissions),
     Key("mode", "choice", "build", "plan: read and plan only, change nothing; build: work "
         "(default)", choices=("build", "plan"), flag="--mode", section=""),
     Key("max_cost", "float", None, "USD the whole run may spend, sub-agents and edit sessions "

@@ -7,8 +7,9 @@ old and new (lists, paired in order), replace_file (a file, or "-" for stdin, ho
 parent_conversation, depth and the setting flags. The pairs follow nagent_replace (the one
 rule). The file's per-file conversation (nagent_file_edit_lib's resolution rule; a new one gets
 its initial context first) receives, under its lock, a prompt record (source "replace") holding
-the <nagent-replace> tag and who sent it, then the result record; the replace runs with that
-session's write authority (nagent_edit_actions.replace_in_place): its target, nothing else.
+the <nagent-replace> tag (its pairs through nagent_protocol_blocks.frame_data: the old text is
+the file's, data a later model of the file's sessions reads) and who sent it, then the result
+record; the replace runs with that session's write authority (nagent_edit_actions.replace_in_place): its target, nothing else.
 No key and no SDK are needed. Output: a line "replaced N pair(s) in PATH (+a −r)", the
 conversation and the diff; with --json {status "replaced", path, conversation, pairs, added,
 removed, sha256_before, sha256_after, diff}. A refusal (no match, two matches, a race with
@@ -27,7 +28,7 @@ from nagent_errors import InputError, NagentError, UsageError
 from nagent_file_change import MINUS, unified_diff
 from nagent_loop import start_conversation
 from nagent_procs import exit_signals
-from nagent_protocol_blocks import escape_attr
+from nagent_protocol_blocks import escape_attr, frame_data
 from nagent_replace import Pair, format_pairs, parse_pairs
 from nagent_run import Run
 from nagent_session import build_session
@@ -69,7 +70,7 @@ def replace_prompt(target, pairs, options):
     sender = (f"the main conversation {options['parent_conversation']}"
               if options.get("parent_conversation") else "the command line")
     return (f"Exact replacement sent by {sender}, applied by nagent without a model call:\n"
-            f'<nagent-replace path="{escape_attr(target)}">\n{format_pairs(pairs)}\n'
+            f'<nagent-replace path="{escape_attr(target)}">\n{frame_data(format_pairs(pairs))}\n'
             "</nagent-replace>")
 
 

@@ -9,25 +9,30 @@ for a terminal: line breaks become spaces, other control, format and bidi charac
 """
 from nagent_terminal_text import escape
 
-EXIT_CODES = {
-    "ok": 0,
-    "failure": 1,        # a run finished but reported failure (e.g. a child agent failed)
-    "usage": 2,          # bad command line (argparse uses 2 too)
-    "config": 3,         # malformed config file, unknown provider, bad setting
-    "setup": 4,          # missing API key or missing SDK package
-    "provider": 5,       # the provider call failed (after retries) or was rejected
-    "input": 6,          # a file argument is missing, unreadable, too large or unsupported
-    "busy": 7,           # another run holds the conversation lock
-    "protocol": 8,       # the model kept replying outside the tag protocol
-    "limit": 9,          # a loop guard stopped the run (call cap, repeated action)
-    "refused": 10,       # a safety check refused (hash mismatch, write boundary)
-    "incomplete": 11,    # a result was produced but is incomplete (a reply cut by the output limit)
-    "gate": 12,          # the response hook refused the final response max_gate_refusals times
-    "budget": 13,        # the run tree reached --max-cost, --max-tokens or --max-time
-    "interrupted": 130,  # Ctrl-C / SIGINT
-    "hangup": 129,       # SIGHUP (the terminal went away): 128 + 1
-    "terminated": 143,   # SIGTERM (kill, a parent's timeout): 128 + 15
-}
+# The one table of exit codes: kind, code, and what it means. EXIT_CODES (kind -> code) and the
+# "exit codes:" part of every executable's --help (nagent_cli.help_epilog) are read from it, and
+# tests check docs/scripting.md against it, so help and docs cannot drift from the code.
+EXIT_TABLE = (
+    ("ok", 0, "success"),
+    ("failure", 1, "failure: the run, a child or a tool reported failure, or an internal error (a bug)"),
+    ("usage", 2, "usage error: bad flags or arguments (argparse uses 2 too)"),
+    ("config", 3, "configuration error: malformed config file, unknown provider, bad value"),
+    ("setup", 4, "setup error: missing API key, SDK package or program"),
+    ("provider", 5, "provider error: the model call (or MCP server) failed after retries or was rejected"),
+    ("input", 6, "input error: a file is missing, unreadable, too large or unsupported"),
+    ("busy", 7, "busy: another run holds the conversation's lock"),
+    ("protocol", 8, "the model kept replying outside the tag protocol"),
+    ("limit", 9, "a loop guard stopped the run (max_calls, a repeated action)"),
+    ("refused", 10, "refused by a safety check (hash mismatch, write boundary, a permission rule)"),
+    ("incomplete", 11, "incomplete: a reply was cut off; what arrived is printed, with a warning"),
+    ("gate", 12, "the response hook refused the final response max_gate_refusals times"),
+    ("budget", 13, "the budget is spent (--max-cost, --max-tokens, --max-time)"),
+    ("hangup", 129, "ended by SIGHUP (the terminal went away): 128 + 1"),
+    ("interrupted", 130, "interrupted (Ctrl-C, SIGINT)"),
+    ("terminated", 143, "ended by SIGTERM (kill, a parent's timeout): 128 + 15"),
+)
+EXIT_CODES = {kind: code for kind, code, _ in EXIT_TABLE}
+EXIT_MEANINGS = {kind: meaning for kind, _, meaning in EXIT_TABLE}
 
 
 class ExitSignal(BaseException):

@@ -4,7 +4,7 @@ Data contract
 -------------
 * An event is a flat JSON-ready dict: "type" (a key of EVENT_FIELDS), "t" (seconds since the
   run's origin, 3 decimals) and the fields EVENT_FIELDS lists for its type. Fields may be
-  added in later versions, never removed or renamed (the README's "Events" section is the
+  added in later versions, never removed or renamed (docs/scripting.md's "Events" section is the
   schema).
 * `Events(sinks, origin)` hands each `emit(type, **fields)` to every sink's `handle(event)`, in
   order; `close()` calls each sink's `close()` (a display stops its status line). Sinks are code,

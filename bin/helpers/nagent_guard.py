@@ -6,7 +6,9 @@ Data contract:
   the project root (None outside one); `tracked(real) -> bool | None` tells whether the project
   tracks a file, `dirty(paths, cwd) -> bool | None` whether git sees uncommitted changes there
   (None: cannot tell, which counts as yes). `git_place(cwd, environ, secret_names)` builds one
-  over git (nagent_project: the validated root, a hardened git).
+  over git (nagent_project.run_git: the validated root, reading subcommands only); `dirty` is
+  `worktree_changed`: the index's blobs against the files' bytes hashed here, so no filter,
+  textconv or fsmonitor the repository configures runs (a sandboxed command can write them).
 - `findings(command, place) -> tuple of str`: why one nagent_command_types.Command may destroy
   work; empty when nothing was found. A word known only at run time counts as the worst case.
   What it covers: `git reset --hard`; `git clean -f…`; `git checkout -- PATHS` / `git checkout .`
@@ -27,12 +29,13 @@ Data contract:
 """
 import os
 import re
-import subprocess
+import stat
 from dataclasses import dataclass
 from typing import Callable
 
 from nagent_paths import within, within_any
-from nagent_project import GIT_TIMEOUT, git_command, git_environ
+from nagent_project import run_git
+from nagent_shadow_git import blob_sha
 
 FORMATTERS = frozenset({"mke2fs", "mkswap", "wipefs", "blkdiscard", "fdisk", "sfdisk", "parted",
                         "sgdisk", "mkdosfs"})
@@ -287,28 +290,71 @@ def findings(command, place):
 
 
 # -- the place, from git --------------------------------------------------------------------
-def git_place(cwd, environ, project, temp_roots, secret_names=None):
-    """A Place whose tracked/dirty questions go to git (hardened: nagent_project)."""
-    env = git_environ(environ, secret_names) if project else None
-
-    def git(directory, *args):
-        try:
-            return subprocess.run(git_command(directory, *args), capture_output=True, env=env,
-                                  timeout=GIT_TIMEOUT, stdin=subprocess.DEVNULL)
-        except (OSError, subprocess.TimeoutExpired):
+def worktree_changed(git, project, directory, paths):
+    """What `git status -- PATHS` would say (uncommitted changes there: True), without git ever
+    reading a work-tree file: a clean filter, textconv or fsmonitor the repository configures
+    would run in the driver. The index lists each path's blob; the file's bytes are hashed here.
+    None when it cannot tell (a path outside the project, git failing), which counts as yes."""
+    specs = []
+    for path in paths:
+        rel = os.path.relpath(os.path.join(directory, path), project)
+        if rel == ".." or rel.startswith("../"):
             return None
+        specs.append(rel)
+    listed = git("ls-files", "-z", "-s", "--", *specs)
+    others = git("ls-files", "-z", "-o", "--exclude-standard", "--", *specs)
+    if listed is None or others is None or listed.returncode or others.returncode:
+        return None
+    if others.stdout.strip(b"\0"):
+        return True   # untracked files there, as status lists them
+    entries = [item for item in listed.stdout.split(b"\0") if item]
+    staged = git("diff-index", "--cached", "--name-only", "-z", "--no-ext-diff", "--no-textconv",
+                 "HEAD", "--", *specs)
+    if staged is None or staged.returncode:
+        return bool(entries)   # no commit yet: whatever the index holds is uncommitted
+    if staged.stdout.strip(b"\0"):
+        return True
+    return any(_entry_changed(project, entry) for entry in entries)
+
+
+def _entry_changed(project, entry):
+    meta, _, name = entry.partition(b"\t")
+    mode, sha, stage = meta.split(b" ")
+    if stage != b"0" or len(sha) != 40:
+        return True   # a conflict, or a sha256 repository: say changed
+    full = os.path.join(project, os.fsdecode(name))
+    try:
+        info = os.lstat(full)
+        if mode == b"120000":
+            return not stat.S_ISLNK(info.st_mode) or \
+                blob_sha(os.fsencode(os.readlink(full))) != sha.decode()
+        if mode not in (b"100644", b"100755") or not stat.S_ISREG(info.st_mode):
+            return True   # a submodule, or a file that became something else
+        if bool(info.st_mode & 0o100) != (mode == b"100755"):
+            return True
+        with open(full, "rb") as handle:
+            return blob_sha(handle.read()) != sha.decode()
+    except OSError:
+        return True   # deleted: checkout would bring it back
+
+
+def git_place(cwd, environ, project, temp_roots, secret_names=None):
+    """A Place whose tracked/dirty questions go to git (nagent_project.run_git: reading
+    subcommands only, so nothing the repository configures runs)."""
+
+    def git(*args):
+        return run_git(project, args, environ, secret_names)
 
     def tracked(real):
         if not project or not within(real, project):
             return False
-        done = git(project, "ls-files", "--error-unmatch", "--", os.path.relpath(real, project))
+        done = git("ls-files", "--error-unmatch", "--", os.path.relpath(real, project))
         return None if done is None or done.returncode not in (0, 1) else done.returncode == 0
 
     def dirty(paths, directory):
         if not project:
             return False
-        done = git(directory or project, "status", "--porcelain", "-z", "--", *paths)
-        return None if done is None or done.returncode != 0 else bool(done.stdout.strip(b"\0"))
+        return worktree_changed(git, project, directory or project, paths)
 
     home = environ.get("HOME")
     return Place(os.path.realpath(cwd), tuple(temp_roots), project,

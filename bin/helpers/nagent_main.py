@@ -13,10 +13,15 @@ with --events an "error" and a "run_end" line), for the console script and the b
 import sys
 import time
 
-from nagent_cli import early_exit, run_main
+from nagent_cli import ALL_EXITS, early_exit, run_main
 
 PROG = "nagent"
 DESCRIPTION = "Main agent loop: run a prompt against the conversation file for this shell (nagent \"prompt\")."
+EXAMPLES = (('nagent "what does calc.py do?"', "a prompt; this shell's conversation"),
+            ("nagent -c", "an interactive session on this project's latest conversation"),
+            ('nagent --json "run the tests" | jq .response', "one JSON object, for scripts"),
+            ("nagent --rewind --dry-run", "what going back one turn would restore"))
+EXITS = ALL_EXITS
 
 LIFECYCLE = ("status", "clear", "save_conversation", "load_conversation", "branch_conversation",
              "list_conversations", "summarize", "edit_conversation", "list_models", "list_file_edits",
@@ -37,7 +42,7 @@ def build_parser():
                 namespace.conversation = values
 
     from nagent_cli import PROVIDER_FLAGS, add_output_flags, add_setting_flags, argument_parser
-    parser = argument_parser(prog=PROG, description=DESCRIPTION,
+    parser = argument_parser(prog=PROG, description=DESCRIPTION, examples=EXAMPLES, exits=EXITS,
                              epilog="The prompt comes from argv, piped stdin, or argv text then stdin "
                                     "when the last argument is '-'. With no prompt on a terminal, "
                                     "nagent opens an interactive session (/help inside). By default "
@@ -55,7 +60,7 @@ def build_parser():
                        help="use the named conversation; bare, with --rewind: rewind the "
                             "conversation too (back to the turns before)")
     parser.set_defaults(with_conversation=False)
-    where.add_argument("--pid", help="conversation id instead of this shell's, see the README")
+    where.add_argument("--pid", help="conversation id instead of this shell's, see docs/conversations.md")
     where.add_argument("--file-edit", metavar="PATH", help="per-file edit session on PATH")
     where.add_argument("-c", "--continue", action="store_true",
                        help="continue the conversation last used among those started in this "

@@ -29,11 +29,16 @@ from nagent_errors import UsageError
 PROG = "nagent-batch"
 DESCRIPTION = ("Run nagent over a JSON Lines file of tasks, each in its own git workspace and "
                "conversation, on a local pool, a Dask cluster, or as plain commands.")
+EXAMPLES = (("nagent-batch tasks.jsonl -j 4", "a local pool; run it again to resume"),
+            "nagent-batch tasks.jsonl --engine dask --scheduler tcp://HOST:8786",
+            ("nagent-batch tasks.jsonl --print-commands | xargs -d '\\n' -n 1 -P 4 sh -c", "any runner"),
+            ("nagent-batch tasks.jsonl --collect", "the results so far"))
+EXITS = ("ok", "failure", "usage", "config", "setup", "input", "busy", "interrupted", "terminated")
 BATCH_MARKERS = ("results.jsonl", "tasks", "work", "locks")
 
 
 def build_parser():
-    parser = argument_parser(prog=PROG, description=DESCRIPTION,
+    parser = argument_parser(prog=PROG, description=DESCRIPTION, examples=EXAMPLES, exits=EXITS,
                              epilog="Task keys: id, prompt, repo (path or git URL), ref, setup, "
                                     "check, max_cost, model. See docs/batch.md.")
     parser.add_argument("tasks", nargs="?", metavar="TASKS.jsonl", help="the task file")

@@ -18,6 +18,12 @@ DESCRIPTION = ('Edit one file through its own durable nagent conversation, for p
                'scripts: nagent-file-edit --file PATH "instruction", or --old TEXT --new TEXT '
                '(an exact replacement, no model call); in a nagent reply use <nagent-file-edit> '
                'and <nagent-replace> instead.')
+EXAMPLES = ('nagent-file-edit --file src/foo.py "add error handling"',
+            ('nagent-file-edit --file src/foo.py --old "return a - b" --new "return a + b"', "no model call"),
+            ("nagent-file-edit --file src/foo.py --replace-file fix.pairs --json", "pairs of a <nagent-replace>"),
+            ("nagent-file-edit --file src/foo.py --clear", "start the file's conversation afresh"))
+EXITS = ("ok", "failure", "usage", "config", "setup", "provider", "input", "busy", "protocol",
+         "limit", "refused", "incomplete", "gate", "budget", "hangup", "interrupted", "terminated")
 USE_TAGS = ('<nagent-file-edit path="PATH">instruction</nagent-file-edit>, or <nagent-replace '
             'path="PATH"><old>exact text</old><new>replacement</new></nagent-replace>')
 
@@ -25,7 +31,7 @@ USE_TAGS = ('<nagent-file-edit path="PATH">instruction</nagent-file-edit>, or <n
 def build_parser():
     import argparse
     from nagent_cli import PROVIDER_FLAGS, add_setting_flags, argument_parser
-    parser = argument_parser(prog=PROG, description=DESCRIPTION,
+    parser = argument_parser(prog=PROG, description=DESCRIPTION, examples=EXAMPLES, exits=EXITS,
                              epilog="The instruction may also come on stdin, or as argv text "
                                     "followed by stdin when the last argument is '-'. A "
                                     "replacement calls no model: each --old must occur exactly "

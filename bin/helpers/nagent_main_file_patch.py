@@ -10,11 +10,15 @@ from nagent_cli import early_exit, run_main
 PROG = "nagent-file-patch"
 DESCRIPTION = ("Merge edited split segments back into the source after checking its hash; "
                "writes a unified-diff patch artifact and refreshes index.json.")
+EXAMPLES = (("nagent-file-patch --index /tmp/big-split/index.json --dry-run", "the diff, nothing written"),
+            "nagent-file-patch --index /tmp/big-split/index.json --json",
+            "nagent-file-patch --index DIR/index.json --expect-source src/big.py --expect-sha256 HASH")
+EXITS = ("ok", "failure", "usage", "input", "refused", "interrupted")
 
 
 def build_parser():
     from nagent_cli import argument_parser
-    parser = argument_parser(prog=PROG, description=DESCRIPTION)
+    parser = argument_parser(prog=PROG, description=DESCRIPTION, examples=EXAMPLES, exits=EXITS)
     parser.add_argument("--index", metavar="PATH", required=True,
                         help="index.json written by nagent-file-split, or its directory")
     parser.add_argument("--dry-run", action="store_true",

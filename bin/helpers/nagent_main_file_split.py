@@ -16,11 +16,18 @@ TARGET_BYTES_HELP = "target segment size in bytes; default 16384"
 DESCRIPTION = ("Split a large text file into structure-aware segment files of at most 64 KiB "
                "and an index.json (source hash, line numbers, per-segment hashes); --refresh "
                "re-splits.")
+EXAMPLES = ("nagent-file-split --file src/big.py --output /tmp/big-split --json",
+            ("nagent-file-split --output /tmp/big-split --refresh",
+             "re-split after the source changed; refuses over unmerged edits"),
+            ("nagent-file-split --file notes.md --output /tmp/notes-split --summarize",
+             "a summary per segment (calls the model)"))
+EXITS = ("ok", "failure", "usage", "config", "setup", "provider", "input", "refused",
+         "interrupted")
 
 
 def build_parser():
     from nagent_cli import add_provider_flags, argument_parser
-    parser = argument_parser(prog=PROG, description=DESCRIPTION)
+    parser = argument_parser(prog=PROG, description=DESCRIPTION, examples=EXAMPLES, exits=EXITS)
     parser.add_argument("--file", metavar="PATH", help="source file to split")
     parser.add_argument("--output", metavar="DIR", required=True,
                         help="directory for the segment files and index.json")

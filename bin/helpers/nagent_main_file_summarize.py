@@ -11,11 +11,15 @@ from nagent_cli import early_exit, run_main
 PROG = "nagent-file-summarize"
 DESCRIPTION = ("Summarize a text file with the configured model: one call up to 64 KB, "
                "else split, summarize each segment and combine.")
+EXAMPLES = ("nagent-file-summarize --file src/big_file.py",
+            "nagent-file-summarize --file notes.md --json --provider anthropic")
+EXITS = ("ok", "failure", "usage", "config", "setup", "provider", "input", "incomplete",
+         "interrupted")
 
 
 def build_parser():
     from nagent_cli import add_provider_flags, argument_parser
-    parser = argument_parser(prog=PROG, description=DESCRIPTION)
+    parser = argument_parser(prog=PROG, description=DESCRIPTION, examples=EXAMPLES, exits=EXITS)
     parser.add_argument("--file", metavar="PATH", required=True, help="text file to summarize")
     parser.add_argument("--json", action="store_true", help="print summary and usage as JSON")
     parser.add_argument("--description", action="store_true", help="print a one-line description")

@@ -12,11 +12,16 @@ from nagent_cli import early_exit, run_main
 
 PROG = "nagent-llm-text"
 DESCRIPTION = "Send a text file (or stdin) to the configured LLM and print the reply; --json adds usage."
+EXAMPLES = ("nagent-llm-text --file question.txt",
+            ("echo 'What is 2+2?' | nagent-llm-text --file - --provider anthropic --json", "usage too"),
+            "nagent-llm-text --list-models --provider gemini")
+EXITS = ("ok", "failure", "usage", "config", "setup", "provider", "input", "incomplete",
+         "hangup", "interrupted", "terminated")
 
 
 def build_parser():
     from nagent_cli import add_output_flags, add_provider_flags, argument_parser
-    parser = argument_parser(prog=PROG, description=DESCRIPTION)
+    parser = argument_parser(prog=PROG, description=DESCRIPTION, examples=EXAMPLES, exits=EXITS)
     parser.add_argument("--file", metavar="PATH", help="text file to send; '-' reads stdin")
     add_output_flags(parser, events=False)
     parser.add_argument("--list-models", action="store_true", help="list the provider's models")

@@ -11,11 +11,15 @@ from nagent_cli import early_exit, run_main
 PROG = "nagent-llm-upload"
 DESCRIPTION = ("Upload an image, PDF, office document or text file with a prompt to the LLM "
                "(50 MB cap, no archives); --json adds usage.")
+EXAMPLES = ('nagent-llm-upload --file diagram.png --prompt "Explain the diagram."',
+            'nagent-llm-upload --file report.pdf --prompt "Summarize the decision points." --json')
+EXITS = ("ok", "failure", "usage", "config", "setup", "provider", "input", "incomplete",
+         "hangup", "interrupted", "terminated")
 
 
 def build_parser():
     from nagent_cli import add_provider_flags, argument_parser
-    parser = argument_parser(prog=PROG, description=DESCRIPTION)
+    parser = argument_parser(prog=PROG, description=DESCRIPTION, examples=EXAMPLES, exits=EXITS)
     parser.add_argument("--file", metavar="PATH", help="file to upload")
     parser.add_argument("--prompt", metavar="TEXT", help="what to ask about the file")
     parser.add_argument("--json", action="store_true", help="print text and usage as JSON")

@@ -12,25 +12,21 @@ from nagent_cli import early_exit, run_main
 PROG = "nagent-mcp"
 DESCRIPTION = ("Use MCP server tools: `nagent-mcp --list [SERVER]` shows tools and their arguments, "
                "`nagent-mcp call SERVER TOOL --args JSON` runs one; --json for scripts.")
-EPILOG = """examples:
-  nagent-mcp --list                     every configured server and its tools
-  nagent-mcp --list time --json
-  nagent-mcp call time get_current_time --args '{"timezone": "Europe/Paris"}'
-  echo '{"timezone": "UTC"}' | nagent-mcp call time get_current_time
-
-A deny rule for SERVER/TOOL in the permissions refuses the call (exit 10).
-
-Servers come from "mcp_servers" in ~/.nagent/config.json (the mcpServers shape of Claude Code
-and Cursor). Exit codes: 0 ok, 1 the tool reported an error, 2 usage, 3 configuration,
-4 setup (SDK or server command missing), 5 the server failed (start-up, exit, timeout)."""
+EXAMPLES = (("nagent-mcp --list", "every configured server and its tools"),
+            "nagent-mcp --list time --json",
+            "nagent-mcp call time get_current_time --args '{\"timezone\": \"Europe/Paris\"}'",
+            "echo '{\"timezone\": \"UTC\"}' | nagent-mcp call time get_current_time")
+EXITS = ("ok", "failure", "usage", "config", "setup", "provider", "refused")
+EPILOG = ("Servers come from \"mcp_servers\" in ~/.nagent/config.json (the mcpServers shape of Claude "
+          "Code and Cursor). A deny rule for SERVER/TOOL in the permissions refuses the call (exit "
+          "10); a tool's own error is exit 1, a server that fails (start-up, exit, timeout) exit 5.")
 
 
 def build_parser():
-    import argparse
     from nagent_cli import argument_parser
     from nagent_mcp import DEFAULT_TIMEOUT
-    parser = argument_parser(prog=PROG, description=DESCRIPTION, epilog=EPILOG,
-                             formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argument_parser(prog=PROG, description=DESCRIPTION, epilog=EPILOG, examples=EXAMPLES,
+                             exits=EXITS)
     parser.add_argument("words", nargs="*", metavar="call SERVER TOOL",
                         help="call TOOL of SERVER; arguments from --args or JSON on stdin")
     parser.add_argument("--list", nargs="?", const="", metavar="SERVER",
@@ -62,7 +58,7 @@ def run_command(args):
         if args.json:
             emit_json({"servers": servers, **({"error": error.as_dict()} if error else {})})
         elif not servers:
-            print("no MCP servers configured (add mcp_servers to ~/.nagent/config.json; see the README)")
+            print("no MCP servers configured (add mcp_servers to ~/.nagent/config.json; see docs/mcp.md)")
         else:
             from nagent_mcp_render import list_text
             sys.stdout.write(list_text(servers))

@@ -35,7 +35,7 @@ from nagent_secrets import is_secret_name, redactable
 
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
 HTTP_TYPES = ("http", "streamable-http", "streamable_http", "streamableHttp")
-FIX = "see the README section \"MCP servers\""
+FIX = "see docs/mcp.md"
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,13 @@ Data contract:
   nagent_config.child_key_names, no prompt, no pager, no optional locks, the ceiling above M,
   PATH without relative entries), stdin closed, GIT_TIMEOUT seconds; git itself is looked up in
   the absolute PATH entries only (nagent_paths.find_program: a clone's own `git` never runs).
+  Only READING_SUBCOMMANDS (rev-parse, log, ls-files, diff-index): none runs a command the
+  repository's config or attributes name (a filter, textconv, external diff, hook, fsmonitor),
+  which a sandboxed command may have written; anything else is a ValueError. Every git process
+  nagent starts on a project goes through here (the guard's tracked/changed questions too).
+- `with_git_safety(env)`: the environment of a shell action, with git told (GIT_CONFIG_COUNT,
+  after any the user set) `safe.bareRepository=explicit` like nagent's own git: a bare
+  repository a clone carries is never discovered, so its committed config runs nothing.
 - `has_permissions_file(cwd)`: whether the `.nagent` marker's directory holds a
   `.nagent/permissions` file (a filesystem walk only: callers read the rules, validated
   through find_project, only when it does).
@@ -46,6 +53,14 @@ GIT_TIMEOUT = 2.0
 DISCOVERY_VARIABLES = ("GIT_DIR", "GIT_WORK_TREE", "GIT_COMMON_DIR", "GIT_CEILING_DIRECTORIES",
                        "GIT_DISCOVERY_ACROSS_FILESYSTEM", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY",
                        "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_NAMESPACE")
+
+# What nagent itself asks git about a project: subcommands that read the index, refs and objects
+# and never a work-tree file through a filter, a textconv or an external diff, and run no hook.
+# The repository's config is not nagent's: a sandboxed command can write .git/config and
+# .gitattributes, and this git runs in the driver, outside the sandbox (`git status` runs a
+# clean filter: never here). Anything else about the work tree is read in Python.
+BARE_REPOSITORIES = ("safe.bareRepository", "explicit")
+READING_SUBCOMMANDS = frozenset({"rev-parse", "log", "ls-files", "diff-index"})
 
 Project = namedtuple("Project", "root branch git_dir")
 ProjectSearch = namedtuple("ProjectSearch", "project refused")
@@ -75,13 +90,29 @@ def git_environ(environ, secret_names=None, ceiling=None):
     return env
 
 
+def with_git_safety(env):
+    """`env` for a process that may run git where nagent did not choose the repository (a shell
+    action: plan mode runs `git status` there as read-only): GIT_CONFIG_COUNT entries after the
+    caller's own make git never discover a bare repository the project carries, whose
+    committed config could name commands (core.fsmonitor) that git runs."""
+    env = dict(env)
+    count = env.get("GIT_CONFIG_COUNT", "")
+    index = int(count) if count.isdigit() else 0
+    key, value = BARE_REPOSITORIES
+    env.update({f"GIT_CONFIG_KEY_{index}": key, f"GIT_CONFIG_VALUE_{index}": value,
+                "GIT_CONFIG_COUNT": str(index + 1)})
+    return env
+
+
 def git_command(directory, *args, git="git"):
     # The repository may be untrusted: no pager, no fsmonitor hook, no bare repository it carries.
-    return [git, "--no-pager", "-c", "core.fsmonitor=false", "-c", "safe.bareRepository=explicit",
+    return [git, "--no-pager", "-c", "core.fsmonitor=false", "-c", "=".join(BARE_REPOSITORIES),
             "-C", directory, *args]
 
 
 def run_git(marker, args, environ=None, secret_names=None):
+    if not args or args[0] not in READING_SUBCOMMANDS:
+        raise ValueError(f"run_git runs only {sorted(READING_SUBCOMMANDS)}: {args[:1]}")
     environ = os.environ if environ is None else environ
     git = find_program("git", environ.get("PATH", os.defpath))
     if git is None:

@@ -4,7 +4,8 @@ project read-only.
 Data contract: `read_only(command) -> bool` for one nagent_command_types.Command: True only
 for a name in READ_ONLY (its path in a system directory, if a path) whose words hold none of
 the options that make it write or run something (`find -exec/-delete/-fprint…`, `sort -o`,
-`git diff --output`, `rg --pre`, `git -c` …), with no variable assignment in front of it and no
+`git diff --output`, `git grep -O`/`--open-files-in-pager` in any abbreviation, `rg --pre`,
+`git -c` …), with no variable assignment in front of it and no
 word known only at run time among its options. git runs only these read-only subcommands:
 log, diff, status, show, blame, ls-files, ls-tree, rev-parse, grep, shortlog, describe,
 cat-file, and `branch` / `tag` / `remote` / `stash list` only to list. Redirections are judged
@@ -39,6 +40,16 @@ def _plain(command):
                or not word.static)
 
 
+def _opens_in_program(text):
+    """`git grep -O<cmd>` / `--open-files-in-pager[=<cmd>]` runs a program on the files it
+    finds. git grep takes bundled short options (-nOsh) and any unique prefix of a long one
+    (--open-f=sh)."""
+    if text.startswith("--"):
+        name = text.split("=", 1)[0]
+        return len(name) >= 4 and "--open-files-in-pager".startswith(name)
+    return text.startswith("-") and "O" in text
+
+
 def _git(command):
     words = command.words[1:]
     i = 0
@@ -48,6 +59,8 @@ def _git(command):
         return False
     sub, rest = words[i].text, [w.text for w in words[i + 1:] if w.static]
     if any(text.startswith(("--output", "--ext-diff", "-o")) for text in rest):
+        return False
+    if sub == "grep" and any(_opens_in_program(text) for text in rest):
         return False
     if sub in GIT_READ:
         return True

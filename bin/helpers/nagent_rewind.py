@@ -24,7 +24,8 @@ Data contract:
   (rewind.json, written before anything changes), the pre entry, the ops, the "end" snapshot,
   and removes the plan file. `finish_pending(store, scope, limits)` completes a plan a killed
   rewind left (None when there is none); every command that locks the store calls it first.
-- `note_text(result)` is the `<system>` note a rewind leaves in the conversation.
+- `note_text(result)` is the `<system>` note a rewind leaves in the conversation; the file
+  names in it go through nagent_protocol_blocks.frame_data (the one framing rule).
 """
 import errno
 import os
@@ -34,6 +35,7 @@ import time
 
 from nagent_errors import RefusedError
 from nagent_paths import within
+from nagent_protocol_blocks import frame_data
 from nagent_shadow_git import blob_sha, parse_raw_diff
 from nagent_snapshot_history import changed_paths, open_at, owned, tree
 from nagent_snapshot_store import (append_journal, read_journal, read_plan, remove_plan,
@@ -414,7 +416,9 @@ def note_text(result):
         if items:
             shown = ", ".join(items[:SHOWN]) + (f" and {len(items) - SHOWN} more"
                                                 if len(items) > SHOWN else "")
-            named.append(f"{word}: {shown}")
+            # File names are data a repository or the model chose: framed like any data, so
+            # a name holding "\n</system>\n<system>" cannot end this note and open another.
+            named.append(f"{word}: {frame_data(shown)}")
     return (f"<system>The user rewound the project's files to their state before "
             f"{result['label']} (nagent --rewind); {'; '.join(named) or 'nothing changed'}. "
             "Files now differ from what the results above show: read them again before "

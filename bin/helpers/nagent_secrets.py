@@ -44,7 +44,7 @@ Data contract:
 - `make_undumpable()` sets PR_SET_DUMPABLE to 0 for this process (as ssh-agent does): a child
   running as the same non-root user can then read neither /proc/<nagent>/environ nor its
   memory, nor attach a debugger. Returns True when it took effect; never raises.
-What this does not cover, and the README says so: root (it reads any process and file), keys in
+What this does not cover, and docs/security.md says so: root (it reads any process and file), keys in
 files on disk, and output a command transformed (base64, rev): redaction is the second line of
 defence, not the first.
 """

@@ -32,6 +32,7 @@ from nagent_budget import caps_for
 from nagent_config import api_key_for, resolve_settings
 import nagent_conversation_layout as layout
 from nagent_fs import regular_file_stat
+from nagent_paths import absolute_path_value
 from nagent_secrets import key_names, secret_values
 from nagent_write_policy import WriteMode
 
@@ -167,14 +168,18 @@ def file_edit_facts(record, context_module, action_context):
 
 
 def shell_environ(environ):
-    """The environment actions run in: the tool list the model reads says "Tools on PATH". An
+    """The environment actions run in: the tool list the model reads says "Tools on PATH" (the
+    user's PATH without its relative entries). An
     installed copy's scripts directory also holds its environment's python and pip: it goes
     last, so the project's own python stays the one a shell action finds. A checkout's tools
     reach this run's interpreter (and its SDKs) through NAGENT_PYTHON (nagent_install)."""
     from nagent_discovery import default_bin_dirs
     from nagent_install import checkout_bin_dir, run_python_env
     env = dict(environ, **run_python_env())   # a checkout's tools run on this interpreter
-    parts = [part for part in env.get("PATH", "").split(os.pathsep) if part]
+    # Absolute entries only (nagent_paths.absolute_path_value, the one rule for names looked up
+    # on PATH): rules and plan mode judge `git status` as the system's git, and a "." or "bin"
+    # entry would make bash run the repository's own ./git.
+    parts = [part for part in absolute_path_value(env.get("PATH")).split(os.pathsep) if part]
     own, home_bin = default_bin_dirs(env)
     if os.path.isdir(home_bin) and home_bin not in parts:
         parts.insert(0, home_bin)

@@ -13,10 +13,13 @@ Data contract:
   the project's .git/config, hooks, attributes from $HOME or /etc, or its index.
 - `shadow_args(*args)` puts the settings that must hold even if the shadow config were edited
   (no hooks, no fsmonitor, no pager) on the command line.
-- `init_git_dir(git_dir)` creates the repository in Python (no process): HEAD, objects/, refs/,
-  `config` (CONFIG: stat and untracked caches on, symlinks and modes recorded, no autocrlf,
-  gc only when nagent asks) and `info/attributes` (ATTRIBUTES: no eol conversion, filter or
-  ident from the project's .gitattributes, so stored bytes are the file's bytes).
+- `init_git_dir(git_dir, config=CONFIG, attributes=ATTRIBUTES, alternates=None)` creates the
+  repository in Python (no process): HEAD, objects/, refs/, `config` (CONFIG: stat and
+  untracked caches on, symlinks and modes recorded, no autocrlf, gc only when nagent asks) and
+  `info/attributes` (ATTRIBUTES: no eol conversion, filter or ident from the project's
+  .gitattributes, so stored bytes are the file's bytes; None: none). `alternates` names an
+  objects directory it reads too: nagent-batch's diff of a workspace runs git with such a
+  GIT_DIR of its own, so no config the workspace can name is ever read.
 - HEAD is a detached commit nagent writes itself: `read_head(git_dir) -> sha | None`,
   `set_head(git_dir, sha)` (atomic), `write_commit(git_dir, tree, parent) -> sha` writes a loose
   commit object (deterministic content), so a snapshot needs no commit-tree process.
@@ -124,14 +127,20 @@ class Git:
                                 stderr=subprocess.DEVNULL, env=self.env, cwd=self.work_tree)
 
 
-def init_git_dir(git_dir):
-    """A fresh shadow repository at `git_dir` (its parent exists): written in Python."""
+def init_git_dir(git_dir, config=CONFIG, attributes=ATTRIBUTES, alternates=None):
+    """A fresh shadow repository at `git_dir` (its parent exists): written in Python. With
+    `alternates` (an objects directory) it reads the objects stored there too."""
     os.makedirs(git_dir, mode=0o700, exist_ok=True)
-    for sub in ("objects", "refs", os.path.join("refs", "heads"), "info"):
+    for sub in ("objects", os.path.join("objects", "info"), "refs", os.path.join("refs", "heads"),
+                "info"):
         os.makedirs(os.path.join(git_dir, sub), mode=0o700, exist_ok=True)
-    atomic_write(os.path.join(git_dir, "config"), CONFIG.encode(), 0o600, sync=False)
-    atomic_write(os.path.join(git_dir, "info", "attributes"), ATTRIBUTES.encode(), 0o600,
-                 sync=False)
+    atomic_write(os.path.join(git_dir, "config"), config.encode(), 0o600, sync=False)
+    if attributes is not None:
+        atomic_write(os.path.join(git_dir, "info", "attributes"), attributes.encode(), 0o600,
+                     sync=False)
+    if alternates is not None:
+        atomic_write(os.path.join(git_dir, "objects", "info", "alternates"),
+                     os.fsencode(alternates) + b"\n", 0o600, sync=False)
     # Written last: a directory with HEAD is what git takes for a repository.
     atomic_write(os.path.join(git_dir, "HEAD"), b"ref: refs/heads/snapshots\n", 0o600, sync=False)
 

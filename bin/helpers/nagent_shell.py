@@ -17,7 +17,8 @@ Data contract:
   `/bin/bash FILE` (or /bin/sh) in its own session, stdin closed. Unsandboxed it gets
   nagent_secrets.scrubbed_env (everything but keys and NAGENT_* internals); sandboxed, only the
   allowlist of nagent_sandbox.sandbox_env, inside nagent_sandbox.bwrap_command; both plus
-  nagent_secrets.SHELL_ACTION_VAR=1.
+  nagent_secrets.SHELL_ACTION_VAR=1 and nagent_project.with_git_safety (git never discovers a
+  bare repository the project carries: plan mode runs read-only git unsandboxed).
   Approval (confirm) asks through nagent_approval.ask_on_tty.
   Streams go to temp files in `side_dir`; a stream larger than the cap (or binary) is kept
   whole as `shell-{stamp}-{n}.stdout|.stderr` there and only head + tail are returned.
@@ -45,6 +46,7 @@ from dataclasses import dataclass
 from nagent_approval import Answer, ask_on_tty
 from nagent_errors import ConfigError, InputError, SetupError
 from nagent_procs import end_group, wait
+from nagent_project import with_git_safety
 from nagent_sandbox import bwrap_command, sandbox_env, shell_path
 from nagent_secrets import SHELL_ACTION_VAR, scrubbed_env
 
@@ -274,6 +276,7 @@ def run_shell(command, cwd, policy, side_dir, environ=None, confirm=None, secret
         else:
             argv, env = [shell_path(), script], scrubbed_env(environ, secret_names)
         env[SHELL_ACTION_VAR] = "1"   # nagent and nagent-file-edit in here name the tag instead
+        env = with_git_safety(env)
         reason = _refusal(command, policy, confirm, gate)
         if reason:
             return _refused_outcome(reason, policy)
