@@ -264,7 +264,7 @@ class Pool:
             unit = worker.unit
             if unit is not None and not unit.finished:
                 unit.crash = (f"the test worker (pid {worker.proc.pid}) ended with status "
-                              f"{status} while running this test\n--- its last output ---\n"
+                              f"{status} while running {unit.name}\n--- its last output ---\n"
                               f"{last_words}")
                 unit.finished = True
                 worker.close()
@@ -417,7 +417,7 @@ def report_crash(unit, result):
     left = [test.id() for index, test in enumerate(unit.tests) if index not in started]
     if left:
         holder = unittest.suite._ErrorHolder(f"{unit.name} (not run: its worker died)")
-        text = "\n".join(left) + "\n"
+        text = "\n".join(left) + "\n" + ("" if running is not None else unit.crash)
         err = remote_error(holder, "error", text)
         result.addError(holder, err)
         keep_text(result.errors, holder, err, text)

@@ -138,7 +138,7 @@ class PoolTest(HermeticTestCase):
         self.assertIn("test_2_crash (test_a.Crash.test_2_crash) ... ERROR", output)
         self.assertRegex(output, r"ERROR: test_2_crash \(test_a.Crash.test_2_crash\)\n-+\n"
                                  r"the test worker \(pid \d+\) ended with status 3 while running "
-                                 r"this test\n--- its last output ---\nabout to die\n")
+                                 r"test_a.Crash\n--- its last output ---\nabout to die\n")
         self.assertRegex(output, r"ERROR: test_a.Crash \(not run: its worker died\)\n-+\n"
                                  r"test_a.Crash.test_3_never\n")
         self.assertIn("test_later (test_a.Later.test_later) ... ok", output)
@@ -146,11 +146,13 @@ class PoolTest(HermeticTestCase):
         self.assertIn("Ran 11 tests", output)
 
     def test_one_module_alone_runs_in_process(self):
-        root = self.suite_dir(test_a=SAMPLE.replace('raise ValueError', 'print(f"pid={os.getpid()}"); raise ValueError'))
-        proc = subprocess.run([sys.executable, "-c", "import os, runpy, sys; print(f'pid={os.getpid()}'); "
-                               "sys.argv = ['unittest', 'discover', '-s', sys.argv[1], '-p', 'test_a.py']; "
-                               "runpy.run_module('unittest', run_name='__main__')", root],
-                              capture_output=True, text=True, env=self.env, cwd=self.cwd, timeout=120)
+        root = self.suite_dir(test_a=SAMPLE.replace(
+            "raise ValueError", 'print(f"pid={os.getpid()}"); raise ValueError'))
+        runner = ("import os, runpy, sys; print(f'pid={os.getpid()}'); "
+                  "sys.argv = ['unittest', 'discover', '-s', sys.argv[1], '-p', 'test_a.py']; "
+                  "runpy.run_module('unittest', run_name='__main__')")
+        proc = subprocess.run([sys.executable, "-c", runner, root], capture_output=True, text=True,
+                              env=self.env, cwd=self.cwd, timeout=120)
         pids = re.findall(r"pid=(\d+)", proc.stdout)
         self.assertEqual(len(pids), 2, proc)
         self.assertEqual(pids[0], pids[1])   # the test ran in the process unittest started in
