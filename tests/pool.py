@@ -37,9 +37,11 @@ import subprocess
 import sys
 import tempfile
 import threading
+import traceback
 import unittest
 import unittest.case
 import unittest.suite
+import warnings
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 WORKERS_VARIABLE = "NAGENT_TEST_WORKERS"
@@ -521,7 +523,6 @@ def run_job(job, loader, emit):
             loaded.setdefault(test.id(), []).append(test)
         tests = [loaded[test_id].pop(0) for test_id in job["ids"]]
     except Exception:  # the pool's own process imported and loaded it: report, do not die
-        import traceback
         emit({"e": "error", "holder": f"{job['module']} (in the test worker)",
               "text": traceback.format_exc()})
         return
@@ -530,7 +531,6 @@ def run_job(job, loader, emit):
 
 
 def worker(command_fd, event_fd):
-    import warnings
     os.set_inheritable(command_fd, False)
     os.set_inheritable(event_fd, False)
     if not sys.warnoptions:
