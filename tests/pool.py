@@ -43,7 +43,6 @@ import unittest.case
 import unittest.suite
 import warnings
 
-TESTS = os.path.dirname(os.path.abspath(__file__))
 WORKERS_VARIABLE = "NAGENT_TEST_WORKERS"
 DEFAULT_WORKERS = 3
 
