@@ -122,6 +122,7 @@ def run_session(turns, runs, seed, window_config, label):
     """One scripted session in a fresh temp HOME; returns a row of figures."""
     import nagent_loop
     import nagent_session
+    from nagent_conversation_layout import Selection
     from nagent_accounting import TokenStats, call_cost
     from types import SimpleNamespace
     tmp, home, work, config_path = make_workspace("nagent-bench-", dict(
@@ -137,7 +138,7 @@ def run_session(turns, runs, seed, window_config, label):
         os.environ.update(env)
         os.chdir(work)
         files = make_files(work, turns, seed)
-        options = {"conversation": "bench"}
+        options = Selection(conversation="bench")
         session = nagent_session.build_session(options, env, work)
         script = Script(files, max(2, turns // runs), session.path)
         fake.reply_fn(script, vendor="anthropic")

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A small MCP server for nagent's tests, written with the official SDK's server API (MCPServer).
 
-usage: mcp_server.py [--http] [--pollute] [--junk] [--exit-at-start] [--hostile]
+usage: mcp_server.py [--http] [--pollute] [--junk] [--exit-at-start] [--hostile] [--meet N]
 
 - default: serves over stdio.
 - --http: serves streamable HTTP on 127.0.0.1 on a free port and prints "PORT <n>" on stdout.
@@ -11,8 +11,13 @@ usage: mcp_server.py [--http] [--pollute] [--junk] [--exit-at-start] [--hostile]
 - --exit-at-start: writes a complaint to stderr and exits 3 before serving.
 - --hostile: adds a tool whose name, description and enum values carry terminal controls
   (ESC, C1 CSI, CR, bidi override): HOSTILE_NAME, HOSTILE_DESCRIPTION.
+- --meet N: before serving, waits until $MCP_TEST_STARTS holds N starts (up to MEET_WAIT
+  seconds, then exits 4): servers started one after the other never meet, so a test that needs
+  N of them up at once proves they were started in parallel.
 
-Tools: echo, describe_path, add, fail, sleep, image, blob, env, headers, crash.
+Tools: echo, describe_path, add, fail, sleep, image, blob, env, headers, crash, counter (state
+kept in the process: `counter(step)` says the count so far and the server's pid).
+Each start appends the server's pid to $MCP_TEST_STARTS, if set (tests count starts with it).
 """
 import os
 import sys
@@ -25,6 +30,7 @@ BLOB = bytes(range(256))
 HOSTILE = "\x1b[2J\x9b2J\u202e\r\x07"
 HOSTILE_NAME = "evil" + HOSTILE
 HOSTILE_DESCRIPTION = "Clears" + HOSTILE + "the screen\u2066 and\x85 more"
+MEET_WAIT = 30.0
 
 
 def write_pidfile():
@@ -39,6 +45,7 @@ def build_server():
     from mcp.server.mcpserver.exceptions import ToolError
 
     server = MCPServer("nagent-test-server")
+    state = {"count": 0}
 
     @server.tool()
     def echo(text: str) -> str:
@@ -97,6 +104,12 @@ def build_server():
         return "\n".join(f"{name}={found.get(name, '<none>')}" for name in names)
 
     @server.tool()
+    def counter(step: int = 1) -> str:
+        """Add `step` to this server process's count; say the count and the process's pid."""
+        state["count"] += step
+        return f"count={state['count']} pid={os.getpid()}"
+
+    @server.tool()
     def crash() -> str:
         """Exit the server process in the middle of the call."""
         sys.stderr.write("test server: crashing on purpose\n")
@@ -127,7 +140,27 @@ def serve_http(server):
     anyio.run(lambda: uvicorn.Server(config).serve(sockets=[sock]))
 
 
+def record_start():
+    if os.environ.get("MCP_TEST_STARTS"):
+        with open(os.environ["MCP_TEST_STARTS"], "a") as handle:
+            handle.write(f"{os.getpid()}\n")
+
+
+def meet(count):
+    deadline = time.monotonic() + MEET_WAIT
+    while time.monotonic() < deadline:
+        with open(os.environ["MCP_TEST_STARTS"]) as handle:
+            if len(handle.read().split()) >= count:
+                return True
+        time.sleep(0.02)
+    sys.stderr.write(f"test server: the other {count - 1} server(s) never started beside this one\n")
+    return False
+
+
 def main(argv):
+    record_start()
+    if "--meet" in argv and not meet(int(argv[argv.index("--meet") + 1])):
+        return 4
     if "--exit-at-start" in argv:
         sys.stderr.write("test server: missing configuration file /nonexistent/settings.toml\n")
         return 3

@@ -182,3 +182,29 @@ class PtySession:
                 pass
             self.code = os.waitstatus_to_exitcode(os.waitpid(self.pid, 0)[1])
             os.close(self.master)
+
+
+def rendered(screen):
+    """The lines a terminal shows at the end of `screen` (bytes), scrollback included: text,
+    CR, LF, cursor up (ESC [ n A), erase line (ESC [ 2K, ESC [ K); other escape sequences are
+    dropped. Enough to see whether one writer's redraw erased another's lines."""
+    import re
+    lines, row, col = [""], 0, 0
+    for token in re.findall(r"\x1b\[[0-9;?]*[A-Za-z]|\r|\n|[^\x1b\r\n]+",
+                            screen.decode("utf-8", "replace")):
+        if token == "\r":
+            col = 0
+        elif token == "\n":
+            row += 1
+            lines += [""] * (row + 1 - len(lines))
+        elif token.startswith("\x1b["):
+            count = int(token[2:-1] or 1) if token[2:-1].isdigit() or not token[2:-1] else 1
+            if token[-1] == "A":
+                row = max(0, row - count)
+            elif token[-1] == "K":
+                lines[row] = "" if token[2:-1] == "2" else lines[row][:col]
+        else:
+            line = lines[row].ljust(col)
+            lines[row] = line[:col] + token + line[col + len(token):]
+            col += len(token)
+    return lines

@@ -84,7 +84,8 @@ class WorkspaceTest(HermeticTestCase):
                            "batch-0-t-1", "b-1")
         self.assertEqual(argv[-1], "-")                 # the prompt goes on stdin, never in argv
         self.assertNotIn("-rf /", argv)
-        for expected in (["--conversation", "batch-0-t-1"], ["-n"], ["--events"], ["--model=gpt-5-mini"]):
+        for expected in (["--conversation", "batch-0-t-1"], ["-n"], ["--events"], ["--model=gpt-5-mini"],
+                         ["--max-cost=1.0"]):   # the task's budget is nagent's own (exit 13)
             self.assertTrue(any(argv[i:i + len(expected)] == expected for i in range(len(argv))), expected)
 
 

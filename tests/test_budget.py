@@ -5,6 +5,7 @@
 - a parent and its sub-agent together stop within one call of the cap; the reported cost is the
   sum over the requests the fake vendor saw, priced by hand; exit 13, the figure in --json;
 - a cost cap with a model that has no price is refused before any call, unless prices.MODEL;
+- a nested edit session (<nagent-file-edit>) spends from the same cap and stops the same way;
 - --max-tokens and --max-time stop the same way; --status shows the last run against its cap.
 """
 import json
@@ -110,6 +111,24 @@ class TreeBudget(NagentRunCase):
         # each child of the batch gets half of what was left: each passes its half by one call
         # at most, so the tree passes the cap by one call per child at most
         self.assertLessEqual(spent, cap + 2 * CALL_COST + 1e-9)
+
+    def test_a_nested_edit_session_counts_toward_the_cap(self):
+        cap = 0.012   # the parent's call and three of the session's
+        self.write_file("a.py", "A = 1\n")
+        steps = self.route('<nagent-file-edit path="a.py">\nkeep improving it\n</nagent-file-edit>')
+        proc = self.nagent("--json", "--max-cost", str(cap), "--conversation", "nested", PARENT)
+        self.assertEqual(proc.returncode, 13, proc.stderr)
+        data = self.json_of(proc)
+        vendor_cost = sum(priced(record["reply"].usage) for record in self.generation_requests())
+        self.assertAlmostEqual(data["totals"]["cost_usd"], vendor_cost, places=6)
+        self.assertGreaterEqual(vendor_cost, cap)
+        self.assertLessEqual(vendor_cost, cap + CALL_COST + 1e-9)
+        self.assertGreater(steps["child"], 1)          # the session spent the budget
+        self.assertEqual(steps["parent"], 1)           # and the parent asked nothing after it
+        self.assertEqual((data["error"]["kind"], data["budget"]["reached"]), ("budget", True))
+        self.assertIn("Error: the run's cost cap is reached: spent $", proc.stderr)
+        result = [r.body for r in self.kinds(self.named_path("nested"), "result")][0]
+        self.assertIn("exit_code: 13", result)
 
     def test_an_unpriced_model_with_a_cost_cap_is_refused(self):
         self.write_config(dict(self.CONFIG, model="gemini-unpriced"))

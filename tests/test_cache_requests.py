@@ -15,6 +15,7 @@ from fakes import LOOKBACK, MAX_BREAKPOINTS, FakeVendorTestCase
 
 from nagent_config import resolve_settings
 from nagent_conversation import Record, read_records
+from nagent_conversation_layout import Selection
 from nagent_requests import build_request
 from nagent_stats_format import decode_stats
 
@@ -140,7 +141,8 @@ class InProcessCase(FakeVendorTestCase):
 
     def session(self, conversation="t"):
         import nagent_session
-        return nagent_session.build_session({"conversation": conversation}, dict(self.env), self.cwd)
+        return nagent_session.build_session(Selection(conversation=conversation), dict(self.env),
+                                            self.cwd)
 
     def run_prompt(self, prompt, conversation="t"):
         import nagent_loop

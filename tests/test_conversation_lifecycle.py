@@ -37,13 +37,13 @@ class PathsTest(HermeticTestCase):
     def test_selected_pid_is_the_one_rule_for_every_command(self):
         import nagent_conversation_layout as layout
         env = dict(self.env, STY="7.pts-1", WINDOW="3")
-        self.assertEqual(layout.selected_pid({"pid": "abc"}, env), "abc")
-        for options in ({}, {"pid": None}):  # no --pid: this shell's, from `environ`
-            self.assertEqual(layout.selected_pid(options, env), "screen-7.pts-1-3")
+        self.assertEqual(layout.selected_pid("abc", env), "abc")
+        # no --pid: this shell's, from `environ`
+        self.assertEqual(layout.selected_pid(None, env), "screen-7.pts-1-3")
         for bad in ("", "../x", "a b", "-x", "x" * 65):  # "": a script's unset "$VAR"
             with self.assertRaises(UsageError):
-                layout.selected_pid({"pid": bad}, env)
-        self.assertEqual(layout.selected_conversation({}, env),
+                layout.selected_pid(bad, env)
+        self.assertEqual(layout.selected_conversation(layout.Selection(), env),
                          (layout.default_conversation_path(env, pid="screen-7.pts-1-3"),
                           "screen-7.pts-1-3"))
 

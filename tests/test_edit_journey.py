@@ -30,13 +30,15 @@ RUN_TESTS = "<nagent-shell>python3 -m unittest -q test_calc</nagent-shell>"
 
 
 def edit_project(case):
-    """A git project outside every temp root (as a user's is), committed, with failing tests."""
+    """A git project outside every temp root (as a user's is), committed, with failing tests
+    (and a .gitignore for bytecode: a shell action's changes are shown, nagent_run_snapshots)."""
     project = outside_dir(case)
     case.cwd = project
     os.chdir(project)
     case.init_git()
     case.write_file("calc.py", CALC)
     case.write_file("test_calc.py", TESTS)
+    case.write_file(".gitignore", "__pycache__/\n")   # as a real project has: the tests' bytecode
     case.git("add", "-A")
     case.git("commit", "-q", "-m", "calc with two bugs")
     return project

@@ -28,6 +28,7 @@ from fakes import FakeVendorTestCase
 import nagent_conversation
 import nagent_file_patch_lib as patch_lib
 import nagent_file_split_lib as split_lib
+from nagent_conversation_layout import Selection
 from nagent_errors import InputError, RefusedError
 
 NAGENT = os.path.join(BIN, "nagent")
@@ -47,7 +48,8 @@ class HostileCase(FakeVendorTestCase):
         import nagent_loop
         import nagent_session
         with self.patched_environ():
-            session = nagent_session.build_session({"conversation": conversation}, dict(self.env), self.cwd)
+            session = nagent_session.build_session(Selection(conversation=conversation), dict(self.env),
+                                                    self.cwd)
             return nagent_loop.run_agent_loop(session, prompt, "argv")
 
     def results(self, path=None):

@@ -19,6 +19,7 @@ import socket
 from fakes import FakeVendorTestCase
 
 import nagent_conversation
+from nagent_conversation_layout import Selection
 from nagent_errors import EXIT_CODES
 from nagent_stats_format import decode_stats
 
@@ -50,7 +51,7 @@ class FaultCase(FakeVendorTestCase):
         env = self.env if env is None else env
         before = self.read_bytes()
         with self.patched_environ():  # the spinner and redaction look at os.environ
-            session = nagent_session.build_session({"conversation": "faults"}, dict(env), self.cwd)
+            session = nagent_session.build_session(Selection(conversation="faults"), dict(env), self.cwd)
             outcome = nagent_loop.run_agent_loop(session, prompt, "argv")
         self.assertTrue(self.read_bytes().startswith(before), "bytes already written changed")
         return outcome

@@ -30,14 +30,15 @@ _TOOLS = {}
 _WARM_CACHE = {}
 
 
-def request_text(record):
-    """Every string of a recorded request body, joined: the conversation as the model saw it."""
+def request_text(record, skip_role=None):
+    """Every string of a recorded request body, joined: the conversation as the model saw it
+    (without the messages of `skip_role`, e.g. "assistant": the model's own)."""
     parts = []
 
     def walk(value):
         if isinstance(value, str):
             parts.append(value)
-        elif isinstance(value, dict):
+        elif isinstance(value, dict) and (skip_role is None or value.get("role") != skip_role):
             for item in value.values():
                 walk(item)
         elif isinstance(value, list):

@@ -12,6 +12,7 @@ from base import BIN, HermeticTestCase
 import nagent_mcp_config as mcp_config
 import nagent_mcp_render as render
 from nagent_context import build_initial_context
+from nagent_conversation_layout import Selection
 from nagent_errors import ConfigError, UsageError
 
 TOOLS = [{"name": "nagent-a", "description": "first tool"}]
@@ -166,7 +167,7 @@ class ContextLinesTest(HermeticTestCase):
         import nagent_session
         with self.patched_environ():
             self.env["OPENAI_API_KEY"] = "test-key-123456"
-            session = nagent_session.build_session({}, self.env, self.cwd)
+            session = nagent_session.build_session(Selection(), self.env, self.cwd)
             text = session.initial_context().static
         self.assertLess(text.index("- alpha: run `nagent-mcp --list alpha`"),
                         text.index("- zeta: run `nagent-mcp --list zeta`"))

@@ -16,6 +16,7 @@ import unittest
 from concurrent.futures import ThreadPoolExecutor
 
 from base import BIN, HermeticTestCase
+from nagent_pids import start_ticks
 from test_loop import NagentRunCase
 
 SERVER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "mcp_server.py")
@@ -56,8 +57,41 @@ class McpCase(HermeticTestCase):
             return list(pool.map(one, calls))
 
 
+class ServerProcesses:
+    """Waiting for a test server's pid, and checking that it is gone (pids are reused: a
+    server is named by its command line)."""
+
+    def wait_for_pid(self, pidfile, timeout=30.0):
+        deadline = time.monotonic() + timeout
+        while not (os.path.exists(pidfile) and os.path.getsize(pidfile)):
+            if time.monotonic() > deadline:
+                self.fail("the test server never wrote its pid")
+            time.sleep(0.05)
+        with open(pidfile) as handle:
+            return int(handle.read())
+
+    @staticmethod
+    def kill_if_alive(pid):
+        """SIGKILL the test server if it still runs (checked by its command line: pids get reused)."""
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                if SERVER.encode() in handle.read():
+                    os.kill(pid, signal.SIGKILL)
+        except (FileNotFoundError, ProcessLookupError):
+            pass
+
+    def assertGone(self, pid, timeout=8.0, what="nagent-mcp"):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if start_ticks(pid) is None:   # gone, or a zombie nobody has reaped yet
+                return
+            time.sleep(0.05)
+        self.kill_if_alive(pid)
+        self.fail(f"the MCP server {pid} outlived {what}")
+
+
 @needs_sdk
-class StdioServerTest(McpCase):
+class StdioServerTest(ServerProcesses, McpCase):
     def setUp(self):
         super().setUp()
         self.write_config(servers_config())
@@ -65,7 +99,7 @@ class StdioServerTest(McpCase):
     def test_list_text_and_json(self):
         text, data = self.mcp_parallel(("--list", "test"), ("--list", "test", "--json"))
         self.assertEqual(text.returncode, 0, text.stderr)
-        self.assertIn("test (10 tools)\n", text.stdout)
+        self.assertIn("test (11 tools)\n", text.stdout)
         self.assertIn("  describe_path(path: string, depth?: integer) — Describe a path to some depth.\n",
                       text.stdout)
         self.assertIn("  echo(text: string) — Return the text unchanged.\n", text.stdout)
@@ -129,36 +163,6 @@ class StdioServerTest(McpCase):
             "CORP_LLM_KEY=<unset>",            # so are the variables a config's api_key names
             "SOME_PLAIN_SETTING=kept"], proc.stderr)
         self.assertNotIn("tok-0123456789", proc.stdout + proc.stderr)
-
-    def wait_for_pid(self, pidfile, timeout=30.0):
-        deadline = time.monotonic() + timeout
-        while not (os.path.exists(pidfile) and os.path.getsize(pidfile)):
-            if time.monotonic() > deadline:
-                self.fail("the test server never wrote its pid")
-            time.sleep(0.05)
-        with open(pidfile) as handle:
-            return int(handle.read())
-
-    @staticmethod
-    def kill_if_alive(pid):
-        """SIGKILL the test server if it still runs (checked by its command line: pids get reused)."""
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as handle:
-                if SERVER.encode() in handle.read():
-                    os.kill(pid, signal.SIGKILL)
-        except (FileNotFoundError, ProcessLookupError):
-            pass
-
-    def assertGone(self, pid, timeout=8.0):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
-                return
-            time.sleep(0.05)
-        os.kill(pid, signal.SIGKILL)
-        self.fail("the MCP server outlived nagent-mcp")
 
     def test_timeout_kills_the_server_and_reports_it(self):
         # The timeout covers the server's start-up too: it must outlast one measured start-up
@@ -232,8 +236,8 @@ class StdioServerTest(McpCase):
         self.assertIn("unset: error: mcp_servers.unset.env.TOKEN uses ${MCP_TEST_NEVER_SET}, which is not set: "
                       "MCP_TEST_NEVER_SET (export MCP_TEST_NEVER_SET=... or write ${MCP_TEST_NEVER_SET:-default})",
                       lines)
-        self.assertIn("noisy (10 tools)", lines)
-        self.assertIn("test (10 tools)", lines)
+        self.assertIn("noisy (11 tools)", lines)
+        self.assertIn("test (11 tools)", lines)
         self.assertIn("Warning: MCP server noisy printed", proc.stderr)
 
 
@@ -278,7 +282,7 @@ class HttpServerTest(McpCase):
             ("--list", "web"), ("call", "web", "describe_path", "--args", '{"path": "/web"}'),
             ("call", "web", "headers", "--args", '{"names": ["authorization", "x-plain"]}'))
         self.assertEqual(listing.returncode, 0, listing.stderr)
-        self.assertIn("web (10 tools)", listing.stdout)
+        self.assertIn("web (11 tools)", listing.stdout)
         self.assertIn("describe_path(path: string, depth?: integer)", listing.stdout)
         self.assertEqual((call.returncode, call.stdout), (0, "/web at depth 1\n"), call.stderr)
         # The secret header reached the server and was kept out of the output; the plain one shows.

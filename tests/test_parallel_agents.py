@@ -224,7 +224,7 @@ class InterruptedBatch(ParallelCase):
         self.assertNotIn("Traceback", err)
         for marker in markers.values():
             self.assertEqual(sleepers(marker), [])
-        self.assertEqual(own_processes("-93117"), [])   # no child nagent left
+        self.assertEqual(own_processes("93117"), [])   # no child nagent left (a fork has the parent's command line)
         records = self.records(self.named_path("cut"))
         self.assertEqual(records[-1].kind, "interrupt")
         results = self.agent_results(self.named_path("cut"))

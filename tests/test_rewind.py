@@ -22,6 +22,7 @@ from project_fixture import ProjectFixture
 from test_loop import NagentRunCase
 
 import nagent_snapshot_commands as commands
+from nagent_invocation import Invocation
 from nagent_config import resolve_settings
 from nagent_conversation import ConversationWriter, read_records
 from nagent_errors import RefusedError, UsageError
@@ -266,7 +267,7 @@ class LibraryCase(Helpers, ProjectFixture, HermeticTestCase):
         return store
 
     def command(self, name, cwd=None, **options):
-        options = dict({"conversation": self.CONVERSATION}, **options)
+        options = Invocation(**dict({"conversation": self.CONVERSATION}, **options))
         here = os.getcwd()
         with self.patched_environ():
             os.chdir(cwd or self.cwd)
@@ -400,6 +401,15 @@ class RewindConversationTest(LibraryCase):
 
 
 class TreeAndStoreTest(LibraryCase):
+    def test_the_scope_is_the_project_rules_root_and_never_a_git_directory(self):
+        self.project({"a.py": "a = 1\n"})
+        for inside in (".git", os.path.join(".git", "refs", "heads")):   # refs, HEAD: git's own
+            refused = project_scope(os.path.join(self.cwd, inside), self.env, ()).refused
+            self.assertIn("inside the repository directory", refused or "")
+        self.git("config", "core.worktree", self.tmp)   # git names another work tree: refused
+        scope = project_scope(os.path.join(self.cwd), self.env, ())
+        self.assertEqual((scope.mode, scope.root, scope.refused), ("tree", self.cwd, None))
+
     def test_outside_git_the_tree_has_limits_and_home_and_root_are_refused(self):
         for where in (self.home, "/"):
             self.assertIsNotNone(project_scope(where, self.env, ()).refused)

@@ -86,6 +86,9 @@ def warm(job):
     os.chdir(job["cwd"])
     sys.argv = [job["script"], *job["args"]]
     code = 0
+    # A tool's run() ends its process once its work is done (nagent_cli.exit_now): not this one.
+    ending = nagent_main.exit_now
+    nagent_main.exit_now = lambda code: code
     try:
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
             runpy.run_path(job["script"], run_name="__main__")
@@ -93,6 +96,8 @@ def warm(job):
         code = stop.code if isinstance(stop.code, int) else int(stop.code is not None)
     except BaseException:
         code = 1
+    finally:
+        nagent_main.exit_now = ending
     for sig, handler in handlers.items():
         if handler is not None:
             try:

@@ -7,7 +7,9 @@ Data contract:
   side_dir (its state directory), shell policy, settings, pid, agent depth and limits, file tool
   limits, the key variable names and values to keep from and blank in what children return,
   the permission policy (nagent_policy.Policy), what a nested nagent may spend of the run's
-  budget (`child_budget`, nagent_budget.encode) and the time cap's deadline.
+  budget (`child_budget`, nagent_budget.encode), the time cap's deadline, the run's MCP
+  channel (`mcp`: shell actions reach the run's live MCP sessions through it) and whether
+  nested nagents start as forks of the driver (`warm_children`, config warm_children).
 - `ActionOutcome` (frozen): `block` (the full `<nagent-*-result>` text appended to the
   conversation), `prompt` (a continuation prompt for <nagent-next>), `child` (a nested nagent's
   recursive totals, folded into the run's by nagent_accounting.add_child), `failed`, `hook` (the
@@ -56,6 +58,8 @@ class ActionContext:
     policy: object = None        # nagent_policy.Policy: rules, guard, mode (None: none apply)
     child_budget: str = ""       # nagent_budget.encode of what a child may spend ("": no caps)
     deadline: float | None = None   # time.monotonic() past which the run's time cap is spent
+    mcp: object = None           # the run's MCP channel (nagent_mcp_channel.Channel), or None
+    warm_children: bool = True   # nested nagents as forks of the driver (nagent_agents.start_tool)
 
 
 @dataclass(frozen=True)

@@ -29,9 +29,9 @@ from dataclasses import replace
 
 from nagent_action_base import (ActionContext, ActionOutcome, error_block, error_text,  # noqa: F401
                                 hook_refusal, refresh_target_id, resolve_path, write_mode_now)
-from nagent_action_targets import pin_target, release
-from nagent_agents import Job, child_name
 from nagent_action_batch import Planned, process_batch
+from nagent_action_targets import pin_target, release
+from nagent_agents import Job, child_args, child_name
 from nagent_budget import decode, exhausted
 from nagent_edit_actions import execute_replace, file_edit_job, observe, observed
 from nagent_errors import NagentError
@@ -40,6 +40,7 @@ from nagent_file_tools import BINARY_SNIFF_BYTES, describe_split, patch_register
 from nagent_hooks import check_action
 from nagent_permission_gate import check_permission, shell_gate, shell_time
 from nagent_protocol_blocks import result_block
+from nagent_shell import format_shell_result, run_shell
 from nagent_split_registry import find_by_index, load as load_registry
 from nagent_write_policy import validate_write_path, write_file_atomic
 
@@ -161,14 +162,14 @@ def execute_write(action, ctx, target=None):
 
 
 def execute_shell(action, ctx):
-    from nagent_shell import format_shell_result, run_shell
     policy, gate = ctx.shell_policy, None
     if ctx.policy is not None:
         policy = shell_time(policy, ctx.deadline)
         gate = shell_gate(action.body, ctx)
     try:
         outcome = run_shell(action.body, ctx.cwd, policy, ctx.side_dir, ctx.environ,
-                            secret_names=ctx.secret_names, secrets=ctx.secrets, gate=gate)
+                            secret_names=ctx.secret_names, secrets=ctx.secrets, gate=gate,
+                            mcp=ctx.mcp)
     except NagentError as error:
         return error_block("nagent-shell-result", error_text(error))
     # The first stderr line that says something (a rule of ===== says nothing).
@@ -214,7 +215,7 @@ def agent_job(action, ctx):
     task = action.body.strip()
     if not task:
         return error_block("nagent-agent-result", "empty task", attrs)
-    return Planned(Job(0, name, task),
+    return Planned(Job(0, name, task, tuple(child_args(ctx, name)), tool="nagent"),
                    lambda result: agent_outcome(result, {"conversation": result.name}))
 
 

@@ -4,15 +4,18 @@ each ended with its whole tree.
 Data contract
 -------------
 * A `Job` is one child to run: index (its action's position), name (its conversation, when
-  known), task (its stdin), argv (empty: a sub-agent's `child_command`), tool (a nagent tool
-  name: the child is a fork of this process running that tool with `argv` as its arguments,
-  nagent_fork: no second interpreter start or SDK import), env (None: ctx.environ,
+  known), task (its stdin), argv (the child's arguments; with no tool and no argv: a sub-agent's
+  `child_command`), tool (a nagent tool name: `start_tool` runs that tool with `argv` as its
+  arguments: a fork of this process when ctx.warm_children (config warm_children) and
+  nagent_fork.warm_start_possible(): no second interpreter start or SDK import; else, or when
+  the fork fails, a new process of the tool, nagent_install.tool_argv), env (None: ctx.environ,
   the driver's own environment: its children are the driver's tools, not the model's shell),
   timeout (None: ctx.agent_timeout), key (children with the same non-empty key never run at
   once: two edit sessions of one file), totals (fn() -> the totals of a child that printed
   none; None: `child_totals(name)`).
 * A sub-agent is `nagent --conversation NAME --invocation delegated --parent-conversation PATH
-  --depth D+1 --pid PID --json [settings] -` (`child_command`), its task on stdin; NAME is
+  --depth D+1 --pid PID --json [settings] -` (tool "nagent" with `child_args`; `child_command`
+  is the whole command line of its new-process form), its task on stdin; NAME is
   `child_name(pid)`: "agent-{uuid4 hex}-{conversation pid}" (the conversation pid passed
   through, never this process's OS pid). `setting_args(settings)` are the flags that hand a
   child the session's settings a command line may have changed: provider, model, shell sandbox
@@ -59,7 +62,7 @@ from typing import Callable
 import nagent_conversation_layout as layout
 from nagent_conversation_tail import read_tail_summary
 from nagent_errors import ExitSignal, NagentError
-from nagent_fork import fork_tool
+from nagent_fork import fork_tool, warm_start_possible
 from nagent_install import tool_argv
 from nagent_instances import read_run_file
 from nagent_procs import end_process_trees, kill_tree, process_tree
@@ -119,9 +122,26 @@ def delegated_args(ctx):
             *(["--budget", budget] if budget else [])]
 
 
+def child_args(ctx, name):
+    """A sub-agent's arguments after the tool's name (see the contract)."""
+    return ["--conversation", name, *delegated_args(ctx), *setting_args(ctx.settings),
+            *ctx.extra_args, "-"]
+
+
 def child_command(ctx, name):
-    return [*tool_argv("nagent"), "--conversation", name, *delegated_args(ctx),
-            *setting_args(ctx.settings), *ctx.extra_args, "-"]
+    return [*tool_argv("nagent"), *child_args(ctx, name)]
+
+
+def start_tool(name, args, env, cwd, files, warm=True):
+    """nagent's own tool `name` started with `args`: a fork of this process when `warm` and a
+    fork is safe now (nagent_fork), else a new process of this install's tool."""
+    if warm and warm_start_possible():
+        try:
+            return fork_tool(name, list(args), env, cwd, files)
+        except OSError:
+            pass   # no fork now (EAGAIN, ENOMEM): a new process may still start
+    return subprocess.Popen([*tool_argv(name), *args], stdin=files[0], stdout=files[1],
+                            stderr=files[2], cwd=cwd, env=env)
 
 
 def child_totals(name, environ):
@@ -156,8 +176,9 @@ class _Child:
         job = self.job
         env = ctx.environ if job.env is None else job.env
         if job.tool:
-            self.proc = fork_tool(job.tool, list(job.argv), env, ctx.cwd,
-                                  (self.stdin, self.stdout, self.stderr))
+            self.proc = start_tool(job.tool, job.argv, env, ctx.cwd,
+                                   (self.stdin, self.stdout, self.stderr),
+                                   getattr(ctx, "warm_children", True))
         else:
             self.proc = subprocess.Popen(list(job.argv) or child_command(ctx, self.name),
                                          stdin=self.stdin, stdout=self.stdout,

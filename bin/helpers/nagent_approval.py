@@ -20,9 +20,11 @@ Data contract:
   question saves them to that config file too (`save`). e/explain: do not run, and read one
   line: the reason the model gets (`reason`). Anything else: do not run. Never raises.
   Every question is read in line mode with echo, whatever mode the terminal was in (restored
-  after), and the whole exchange holds the terminal (nagent_terminal_lock.terminal_held), so no
-  other reader (a session's reader of text typed during a run, another nagent's question on the
-  same terminal) takes its answers.
+  after), and the whole exchange holds the terminal (nagent_terminal_lock.terminal_held, as one
+  that shows something), so no other reader (a session's reader of text typed during a run,
+  another nagent's question on the same terminal) takes its answers and no live view (a
+  parent's table of sub-agents) draws over it. The question starts at the line's start, over
+  a live view's status line (erased first, unless TERM is dumb).
 - `tell_on_tty(text)`: a line for the user on the terminal (e.g. that a rule was saved).
 """
 import os
@@ -70,7 +72,9 @@ def prompt_text(command, asked_by="", forms=(), what="run a shell command"):
 
 def ask_on_tty(command, tty_path="/dev/tty", asked_by="", forms=(), save_to="",
                what="run a shell command"):
-    with terminal_held():
+    # showing: a live view sharing the terminal (a parent's table of sub-agents) then draws
+    # below the question, never over it (nagent_terminal_lock.terminal_free).
+    with terminal_held(showing=True):
         return _exchange(command, tty_path, asked_by, forms, save_to, what)
 
 
@@ -81,7 +85,9 @@ def _exchange(command, tty_path, asked_by, forms, save_to, what):
         return None
     saved = _line_mode(fd)
     try:
-        reply = _ask(fd, prompt_text(command, asked_by, forms, what))
+        # A live view's status line may be on the cursor's line: the question starts afresh.
+        fresh = "" if os.environ.get("TERM", "dumb") == "dumb" else "\r\x1b[2K"
+        reply = _ask(fd, fresh + prompt_text(command, asked_by, forms, what))
         if reply is None:
             return None
         if reply in ("y", "yes"):

@@ -29,10 +29,12 @@ Data contract:
   nagent_secrets.scrubbed_env (no provider key: the one rule for nagent's children). Every
   text but the conversation (nagent redacts its own) is redacted with the keys this
   environment knows.
-- Budget: nagent runs with --events; after each model_call_end the attempt adds the call's
-  cost_usd, and past the task's max_cost sends SIGINT (nagent records the interruption and
-  ends): status failed, failure "budget". A run whose final totals exceed max_cost is over
-  budget too. `nagent_batch_tasks.nagent_argv` is the one place the command line is made.
+- Budget: the task's max_cost is nagent's own --max-cost (it starts no model call once the cap
+  is reached, sub-agents and edit sessions included, and exits 13 with one `Error:` line):
+  exit 13 is status failed, failure "budget", that line the reason. A run whose final totals
+  exceed max_cost (its last call passed it, then it answered) is over budget too. The events'
+  costs are only reported (notify "cost"). `nagent_batch_tasks.nagent_argv` is the one place
+  the command line is made.
 """
 import json
 import os
@@ -51,6 +53,7 @@ from nagent_batch_tasks import nagent_argv, task_sha
 from nagent_config import child_key_names, known_secrets
 from nagent_conversation_layout import conversation_path, state_dir
 from nagent_conversation_tail import read_tail_summary
+from nagent_errors import EXIT_CODES
 from nagent_procs import end_group, end_process_tree
 from nagent_procs import wait as wait_process
 from nagent_secrets import redact, scrubbed_env
@@ -143,7 +146,7 @@ class _Watch:
 
     def __init__(self, proc, stream, task, attempt, notify):
         self.proc, self.task, self.attempt, self.notify = proc, task, attempt, notify
-        self.cost, self.over, self.response, self.end, self.seconds = 0.0, False, None, None, None
+        self.cost, self.response, self.end, self.seconds = 0.0, None, None, None
         self.thread = threading.Thread(target=self._read, args=(stream,), daemon=True)
         self.thread.start()
 
@@ -162,12 +165,6 @@ class _Watch:
         if kind == "model_call_end" and isinstance(event.get("cost_usd"), (int, float)):
             self.cost += event["cost_usd"]
             self.notify("cost", id=self.task.id, attempt=self.attempt, cost_usd=round(self.cost, 6))
-            if self.task.max_cost is not None and self.cost > self.task.max_cost and not self.over:
-                self.over = True
-                try:
-                    self.proc.send_signal(signal.SIGINT)
-                except ProcessLookupError:
-                    pass
         elif kind == "response":
             self.response = event.get("text")
         elif kind == "run_end":
@@ -190,10 +187,8 @@ def run_nagent(task, ws, conversation, pid, options, env, cancel, lock_fd, notif
         watch = _Watch(proc, os.fdopen(read_end, "r", encoding="utf-8", errors="replace"), task,
                        attempt, notify)
         stopped = _waited(proc, started + options.task_timeout, cancel)
-        if stopped or watch.over:
-            # Past its budget it already had its SIGINT: a second one would be a second Ctrl-C.
-            first = None if watch.over and not stopped else signal.SIGINT
-            end_process_tree(proc, GRACE, signals=(first, signal.SIGTERM))
+        if stopped:
+            end_process_tree(proc, GRACE, signals=(signal.SIGINT, signal.SIGTERM))
         watch.seconds = round(time.monotonic() - started, 3)
         watch.thread.join(GRACE)
         return watch, _read_log(err), stopped
@@ -303,16 +298,15 @@ def _run_check(task, ws, options, env, cancel, lock_fd, result, files, secrets):
     return stopped
 
 
-def _judge_nagent(task, watch, err, stop, options, result, secrets):
+def _judge_nagent(watch, err, stop, options, result, secrets):
     result["exit_code"] = (watch.end or {}).get("exit_code", watch.proc.returncode)
     result["response"], result["nagent_s"] = watch.response, watch.seconds
     if stop == "timeout":
         _failure(result, "timeout", f"nagent ran past {options.task_timeout:g} s")
-    elif watch.over:
-        _failure(result, "budget", f"cost passed max_cost {task.max_cost:g} USD")
     elif result["exit_code"] != 0 and stop is None:
         lines = [line for line in err.splitlines() if line.startswith("Error: ")]
-        _failure(result, "nagent",
+        budget = result["exit_code"] == EXIT_CODES["budget"]
+        _failure(result, "budget" if budget else "nagent",
                  redact(lines[-1], secrets) if lines else f"nagent exited {result['exit_code']}")
 
 
@@ -338,7 +332,7 @@ def run_attempt(task, options, notify=None, cancel=None, lock_fd=None, on_worksp
                                           dict(environ, NAGENT_NO_SPINNER="1"), cancel, lock_fd, notify,
                                           attempt)
             files["nagent.log"] = redact(err, secrets).encode("utf-8")
-            _judge_nagent(task, watch, err, stop, options, result, secrets)
+            _judge_nagent(watch, err, stop, options, result, secrets)
         if watch is not None or result["failure"] == "setup":
             _add_diff(result, files, ws, environ, secrets)
         if watch is not None and task.check and stop is None:

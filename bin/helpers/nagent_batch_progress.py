@@ -21,9 +21,8 @@ Data contract:
 import sys
 import time
 
-from nagent_cli import spinner_allowed, terminal_columns
 from nagent_events import event_line
-from nagent_terminal_text import cut
+from nagent_terminal_text import cut, spinner_allowed, terminal_columns
 
 
 class Reporter:
@@ -108,7 +107,7 @@ class Reporter:
 
 
 def progress_stream(environ, stream=None):
-    """stderr when it is a terminal that allows a live line (nagent_cli.spinner_allowed)."""
+    """stderr when it is a terminal that allows a live line (nagent_terminal_text.spinner_allowed)."""
     stream = sys.stderr if stream is None else stream
     try:
         tty = stream.isatty()

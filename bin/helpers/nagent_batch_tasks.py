@@ -19,8 +19,8 @@ Data contract:
   absolute, self-contained). `task_sha(task)` identifies a task's definition in results.
 - `nagent_argv(task, conversation, pid)` -> the nagent command line of one attempt (the prompt
   goes on stdin: argv breaks past 128 KiB and on a leading "-"): events on stdout, a fresh
-  conversation NAME and conversation id. The per-task budget is enforced by the batch from
-  the events' costs (nagent_batch_exec) until nagent itself takes --max-cost.
+  conversation NAME and conversation id. The per-task budget is nagent's own --max-cost
+  (nagent_batch_exec reads its exit 13 as failure "budget").
 - `is_url(text)` tells a git URL from a local path.
 """
 import hashlib
@@ -151,6 +151,6 @@ def nagent_argv(task, conversation, pid):
     argv = [*tool_argv("nagent"), "--events", "-n", "--conversation", conversation, "--pid", pid]
     if task.model:
         argv.append(f"--model={task.model}")
-    # Once nagent has --max-cost (branch perms), the budget is also its own:
-    # if task.max_cost is not None: argv.append(f"--max-cost={task.max_cost!r}")
+    if task.max_cost is not None:
+        argv.append(f"--max-cost={task.max_cost!r}")
     return argv + ["-"]

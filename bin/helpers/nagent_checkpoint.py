@@ -21,6 +21,7 @@ Data contract:
 import os
 import re
 
+from nagent_conversation import utc_stamp
 from nagent_conversation_layout import checkpoint_path as layout_checkpoint_path
 from nagent_fs import atomic_write, write_unique
 
@@ -190,7 +191,6 @@ def write_text(path, text):
 
 def archive_copy(path, data, mode):
     """A complete copy as `archive/{name}-{UTC stamp}[-n]` beside `path`; `path` stays."""
-    from nagent_conversation import utc_stamp
     folder = os.path.join(os.path.dirname(os.path.abspath(path)), "archive")
     os.makedirs(folder, mode=0o700, exist_ok=True)
     return write_unique(os.path.join(folder, f"{os.path.basename(path)}-{utc_stamp()}"), data, mode)

@@ -17,13 +17,16 @@ Data contract:
   errors count too), the error is also one JSON object on stdout, `json_document(error)`
   (default: error.as_dict()); for a tool with `events`, --events (or --output-format
   stream-json) makes it an "error" and a "run_end" JSON line.
-- `output_mode(options)` -> "text" | "json" | "events" from parsed options (both: UsageError).
+- `output_mode(args)` -> "text" | "json" | "events" from a parsed command line (both:
+  UsageError). These helpers take a command line as argparse's namespace or dict, or as an
+  nagent_invocation.Invocation (`parsed_flags`): they are the command layer's own.
 - `add_output_flags(parser)`: --json, --events, --output-format, -q/--quiet, -v/--verbose,
   --stream/--no-stream (see nagent_output for what they choose).
 - `emit_json(data)` writes one JSON document to stdout (nothing else goes to stdout in
   --json mode). `redact(text, secrets=None)` blanks out secret values in any text; without a
   list, every secret nagent knows (nagent_config.known_secrets) is blanked; `redacted(value,
-  secrets)` blanks a list of them in every string of JSON-shaped data.
+  secrets, keep=())` blanks a list of them in every string of JSON-shaped data (but the values
+  of the keys in `keep`).
 - `argument_parser(**kwargs)` is argparse whose usage errors raise UsageError (one line in the
   `Error: <what>: <value> (<fix>)` shape); every parser has --version and takes no abbreviated
   flag (allow_abbrev is off for every parser it makes): an unknown flag is an error whose fix
@@ -39,9 +42,14 @@ Data contract:
 - Settings flags: `add_setting_flags(parser, names)` adds one flag per config schema row,
   `provider_overrides(args)` collects the given ones, `load_settings(args)` resolves the
   settings and prints their warnings (unknown config keys) once.
-- `refuse_in_shell_action(tool, use, environ=None)`: UsageError when this process runs inside
-  a nagent shell action (nagent_secrets.SHELL_ACTION_VAR): `tool` cannot work there (no key),
-  and the line names `use`, the tag the model should reply with instead.
+- `refuse_in_shell_action(tool, use, environ=None, fix=USE_THE_TAG)`: UsageError (exit 2) when
+  this process runs inside a nagent shell action (nagent_secrets.SHELL_ACTION_VAR), the one rule
+  for what nagent's own tools refuse there: `tool` (a tool, or a command such as
+  "nagent --rewind") cannot work there (no key) or is the user's to run, and the line names
+  `use` (the tag the model should reply with instead, or what the command would change) and
+  `fix`. The variable is in the model's command's environment, so this stops a model that
+  follows the protocol, not one that unsets it: the boundaries are the driver's conversation
+  lock, the missing key and the bwrap sandbox (which hides ~/.nagent).
 - `spinner_allowed(environ)`: the one reader of NAGENT_NO_SPINNER (unset, "" or "0": animation
   allowed). `Spinner` draws on stderr only when stderr is a TTY and that allows it; it writes
   no escape sequence (the line is cleared with spaces), so NO_COLOR output stays plain.
@@ -55,6 +63,8 @@ from nagent_errors import (EXIT_CODES, EXIT_MEANINGS, ExitSignal, InputError, Na
 from nagent_install import reexec_under_run_python
 from nagent_secrets import SHELL_ACTION_VAR, make_undumpable
 from nagent_secrets import redact as redact_values
+from nagent_paths import current_cwd  # noqa: F401  (the commands' working directory)
+from nagent_terminal_text import spinner_allowed, terminal_columns  # noqa: F401
 
 
 def early_exit(argv, prog, text):
@@ -85,14 +95,16 @@ def redact(text, secrets=None):
     return redact_values(text, secrets)
 
 
-def redacted(value, secrets):
-    """`value` (JSON-shaped data) with every secret in `secrets` blanked in every string."""
+def redacted(value, secrets, keep=()):
+    """`value` (JSON-shaped data) with every secret in `secrets` blanked in every string but the
+    values of the keys in `keep` (base64 payloads: bytes, not text)."""
     if isinstance(value, str):
         return redact_values(value, secrets)
     if isinstance(value, dict):
-        return {key: redacted(item, secrets) for key, item in value.items()}
+        return {key: item if key in keep else redacted(item, secrets, keep)
+                for key, item in value.items()}
     if isinstance(value, (list, tuple)):
-        return [redacted(item, secrets) for item in value]
+        return [redacted(item, secrets, keep) for item in value]
     return value
 
 
@@ -198,23 +210,13 @@ def read_prompt(words, stdin):
     return text, source
 
 
-def current_cwd():
-    try:
-        return os.getcwd()
-    except FileNotFoundError:
-        raise InputError("the current directory no longer exists", os.environ.get("PWD", "?"),
-                         "cd to an existing directory")
+USE_THE_TAG = "reply with that tag instead: nagent runs it with the session's key"
 
 
-def refuse_in_shell_action(tool, use, environ=None):
+def refuse_in_shell_action(tool, use, environ=None, fix=USE_THE_TAG):
     environ = os.environ if environ is None else environ
     if environ.get(SHELL_ACTION_VAR):
-        raise UsageError(f"{tool} does not run inside a nagent shell action", use,
-                         "reply with that tag instead: nagent runs it with the session's key")
-
-
-def spinner_allowed(environ):
-    return environ.get("NAGENT_NO_SPINNER", "") in ("", "0")
+        raise UsageError(f"{tool} does not run inside a nagent shell action", use, fix)
 
 
 def spinner_enabled(stream=None):
@@ -274,20 +276,6 @@ class Spinner:
     def __exit__(self, *exc):
         self.stop()
         return False
-
-
-def terminal_columns():
-    """shutil.get_terminal_size().columns without importing shutil: $COLUMNS, the terminal, 80."""
-    try:
-        columns = int(os.environ.get("COLUMNS", "0"))
-    except ValueError:
-        columns = 0
-    if columns <= 0:
-        try:
-            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns
-        except (AttributeError, ValueError, OSError):
-            columns = 0
-    return columns or 80
 
 
 ALL_EXITS = tuple(EXIT_CODES)
@@ -429,9 +417,18 @@ def add_output_flags(parser, events=True):
                         help="print the answer only once it is complete")
 
 
-def output_mode(options):
+def parsed_flags(args):
+    """The parsed command line as argparse's dict: from a dict, an argparse namespace or an
+    nagent_invocation.Invocation (its `options()`)."""
+    if isinstance(args, dict):
+        return args
+    return args.options() if hasattr(args, "options") else vars(args)
+
+
+def output_mode(args):
     """"text", "json" (--json, --output-format json) or "events" (--events, --output-format
-    stream-json) for parsed options (a dict); asking for both is a UsageError."""
+    stream-json) for a parsed command line (parsed_flags); asking for both is a UsageError."""
+    options = parsed_flags(args)
     form = options.get("output_format") or "text"
     json_mode = bool(options.get("json")) or form == "json"
     events = bool(options.get("events")) or form == "stream-json"
@@ -447,19 +444,26 @@ def add_provider_flags(parser):
 
 
 def provider_overrides(args):
-    """The setting flags given on the command line (an argparse namespace or a dict of them),
-    keyed by dest, for resolve_settings: only the ones given."""
+    """The setting flags given on the command line (parsed_flags), keyed by dest, for
+    resolve_settings: only the ones given."""
     from nagent_config_schema import SCHEMA
-    values = args if isinstance(args, dict) else vars(args)
+    values = parsed_flags(args)
     return {key.dest: values[key.dest] for key in SCHEMA
             if key.dest and values.get(key.dest) is not None}
+
+
+def config_checks():
+    """nagent_config_checks.CHECKS, loaded when a config file gives mcp_servers or permissions:
+    only then does a command pay for their parsers (--status stays light without them)."""
+    from nagent_config_checks import checks
+    return checks()
 
 
 def load_settings(args, environ=None, warn=True):
     """resolve_settings for a command's flags; its warnings (unknown config keys) go to stderr
     once, here, where the command resolves them."""
     from nagent_config import resolve_settings
-    settings = resolve_settings(provider_overrides(args), environ)
+    settings = resolve_settings(provider_overrides(args), environ, config_checks)
     if warn:
         for line in settings.warnings:
             sys.stderr.write(f"warning: {line}\n")

@@ -1,8 +1,8 @@
 """What `bin/nagent` does for a prompt or a lifecycle flag, as functions returning exit codes.
 
 Data contract: `run_prompt(options)` and `run_lifecycle(chosen, options)` take the parsed
-command line as a plain dict, resolve the settings once (every command reads the config, so a
-malformed one is reported whatever the command), print the human or JSON output, and return
+command line (`options`: a frozen nagent_invocation.Invocation), resolve the settings once
+(every command reads the config, so a malformed one is reported whatever the command), print the human or JSON output, and return
 the exit code. The prompt comes from nagent_cli.read_prompt. Flags that only make sense
 together are checked first (`check_combinations`): --turn goes with --branch-conversation;
 --new (-n) goes with a prompt, never with --retry, a lifecycle flag or --file-edit. With --new,
@@ -10,12 +10,17 @@ the selected conversation is archived (as --clear does) only after every check o
 passed, right before the prompt runs. --last, --action, --diff, --dry-run and a bare
 --conversation go with --changes or --rewind (ONLY_WITH), --turn also with them. Inside a
 nagent shell action a prompt run and the commands that call a model are refused at once
-(nagent_cli.refuse_in_shell_action), naming the tags that do the same from the model's reply.
+(nagent_cli.refuse_in_shell_action), naming the tags that do the same from the model's reply;
+so are the commands that change conversations, the project's files, what is trusted or another
+run's prompts (SHELL_REFUSED: the user's to run; --rewind --dry-run changes nothing and runs).
+Read-only ones (--changes, --status, --ps, --help, listings) run.
 A prompt run reports through the events sinks nagent_output chooses (live display, streamed
 answer, --events lines); an error raised after the settings are resolved carries `context`
 (provider, model, conversation) for the --json and --events error output of nagent_cli.run_main.
-`select_conversation(options, environ)` turns -c/--continue and --resume NAME into the
---conversation they select (nagent_resume), before anything else reads the options. A run that
+`select_conversation(options, environ)` returns the Invocation with -c/--continue and --resume
+NAME turned into the --conversation they select (nagent_resume), before anything else reads it.
+What runs below this layer gets typed fields of the Invocation (its Selection, origin,
+overrides, single values), never the whole command line. A run that
 starts a fresh conversation of this shell prints one `continuing? nagent -c` hint line when
 another conversation of the same project was used recently (`continue_hint`).
 """
@@ -32,73 +37,90 @@ ONLY_WITH = {"last": ("changes", "rewind"), "action": ("rewind",), "diff": ("cha
 
 
 def check_combinations(chosen, options):
-    turn = options.get("turn")
+    turn = options.turn
     if turn is not None and chosen not in (["branch_conversation"], ["changes"], ["rewind"]):
         raise UsageError("--turn only applies to --branch-conversation, --changes and --rewind",
                          f"--turn {turn}", "nagent --branch-conversation [NAME] --turn N")
     for name, commands in ONLY_WITH.items():
-        if options.get(name) not in (None, False) and chosen not in ([c] for c in commands):
+        if options.given(name) and chosen not in ([c] for c in commands):
             flag = "--conversation (without a NAME)" if name == "with_conversation" else \
                 "--" + name.replace("_", "-")
             raise UsageError(f"{flag} only applies to " + " and ".join(
                 "--" + c for c in commands), flag,
                 "give --conversation a NAME" if name == "with_conversation" else "see nagent --help")
-    picked = [name for name in ("turn", "action", "last") if options.get(name) not in (None, False)]
+    picked = [name for name in ("turn", "action", "last") if options.given(name)]
     if chosen in (["changes"], ["rewind"]) and len(picked) > 1:
         raise UsageError("choose one of --turn, --action and --last", ", ".join(
             "--" + name for name in picked))
-    if options.get("new"):
+    if options.new:
         if chosen:
             raise UsageError("--new runs a prompt in a fresh conversation; it takes no lifecycle flag",
                              "--" + chosen[0].replace("_", "-"), "use --clear to start afresh without a prompt")
-        if options.get("retry"):
+        if options.retry:
             raise UsageError("--new and --retry exclude each other", "--retry",
                              "--retry re-runs a failed prompt of the current conversation")
-        if options.get("file_edit"):
-            raise UsageError("--new does not apply to a per-file edit session", options["file_edit"],
+        if options.file_edit:
+            raise UsageError("--new does not apply to a per-file edit session", options.file_edit,
                              "start one afresh with nagent-file-edit --file PATH --clear")
 
 
 NESTED_TAGS = ('<nagent-agent>task</nagent-agent> for a sub-task, <nagent-file-edit path="PATH">'
                'instruction</nagent-file-edit> or <nagent-replace path="PATH"> for a file')
 MODEL_COMMANDS = ("summarize", "edit_conversation", "compact")
+SHELL_REFUSED = {"clear": "it archives a conversation",
+                 "save_conversation": "it writes a conversation",
+                 "load_conversation": "it replaces a conversation",
+                 "branch_conversation": "it starts a conversation",
+                 "rewind": "it changes the project's files and a conversation",
+                 "trust": "it trusts the project's tools",
+                 "send": "it puts a prompt into a conversation"}
+USER_RUNS_IT = ("the user runs it from a terminal; --changes, --status and --ps run here, "
+                "--rewind --dry-run too")
+
+
+def refuse_in_shell(chosen, options):
+    """The lifecycle commands nagent_cli.refuse_in_shell_action refuses inside a shell action."""
+    for name in chosen:
+        if name in MODEL_COMMANDS:
+            refuse_in_shell_action("nagent", NESTED_TAGS)
+        elif name in SHELL_REFUSED and not (name == "rewind" and options.dry_run):
+            refuse_in_shell_action("nagent --" + name.replace("_", "-"), SHELL_REFUSED[name],
+                                   fix=USER_RUNS_IT)
 
 
 def select_conversation(options, environ):
-    """-c/--continue and --resume NAME select a conversation as --conversation NAME does: they
-    set options["conversation"] (-c with nothing to continue: this shell's, with a warning)."""
-    name, follow = options.get("resume"), options.get("continue")
+    """-c/--continue and --resume NAME select a conversation as --conversation NAME does: the
+    Invocation returned has that conversation (-c with nothing to continue: this shell's, with
+    a warning)."""
+    name, follow = options.resume, options.continue_latest
     if not name and not follow:
-        return
+        return options
     flag = "--continue" if follow else "--resume"
-    if follow and options.get("resume") is not None:
+    if follow and options.resume is not None:
         raise UsageError("choose one of --continue and --resume", "--resume",
                          "-c continues this directory's latest conversation, --resume picks one")
     for key in ("conversation", "pid", "file_edit", "new"):
-        if options.get(key) not in (None, False):
+        if options.given(key):
             raise UsageError(f"{flag} selects the conversation itself", "--" + key.replace("_", "-"),
                              f"use {flag} or --{key.replace('_', '-')}, not both")
     import nagent_resume
     if name:
-        options.update(conversation=nagent_resume.resume_name(name, environ), resume=None)
-        return
-    options["continue"] = False
+        return options.but(conversation=nagent_resume.resume_name(name, environ), resume=None)
     target = nagent_resume.continue_target(environ, current_cwd())
     if target is None:
         sys.stderr.write("warning: nothing to continue: no conversation was started in this "
                          "directory's project yet; using this shell's conversation\n")
-    else:
-        options["conversation"] = target.name
+        return options.but(continue_latest=False)
+    return options.but(continue_latest=False, conversation=target.name)
 
 
 def continue_hint(options, session, mode):
     """One line when this shell starts a fresh conversation while a recent one of the same
     project exists (only where the live view shows: a terminal, or -v)."""
-    if (mode != "text" or options.get("quiet") or options.get("conversation") or options.get("new")
-            or session.file_edit or options.get("invocation") == "delegated"
-            or os.path.exists(session.path)):
+    if (mode != "text" or options.quiet or options.conversation or options.new
+            or session.file_edit or options.delegated or os.path.exists(session.path)):
         return
-    if not (options.get("verbose") or sys.stderr.isatty()):
+    if not (options.verbose or sys.stderr.isatty()):
         return
     import time
     import nagent_resume
@@ -117,31 +139,32 @@ def run_prompt(options, typed=None, during=None, warn=True):
     refuse_in_shell_action("nagent", NESTED_TAGS)
     check_combinations([], options)
     mode = output_mode(options)
-    if options.get("force"):
+    if options.force:
         raise UsageError("--force only applies to --save-conversation and --rewind", "",
                          "see nagent --help")
-    check_conversation(options, os.environ)  # a bad name or a missing file comes first
-    if options.get("retry"):  # the loop finds the prompt, under the conversation's lock
-        if options.get("prompt") or typed:
-            raise UsageError("--retry takes no prompt", " ".join(options.get("prompt") or []))
+    check_conversation(options.selection, os.environ)  # a bad name or a missing file comes first
+    if options.retry:  # the loop finds the prompt, under the conversation's lock
+        if options.prompt or typed:
+            raise UsageError("--retry takes no prompt", " ".join(options.prompt))
         prompt, source = None, "retry"
     elif typed is not None:
         prompt, source = typed
     else:
-        prompt, source = read_prompt(options.get("prompt") or [], sys.stdin)
-    delegated = options.get("invocation") == "delegated"
+        prompt, source = read_prompt(list(options.prompt), sys.stdin)
+    delegated = options.delegated
     if delegated:
         source = "delegated"
     # A delegated child reads the parent's config: the parent already warned about it.
     settings = load_settings(options, warn=warn and not delegated)
     context = {"provider": settings.provider.name, "model": settings.model}
     try:
-        session = build_session(options, dict(os.environ), current_cwd(), settings)
+        session = build_session(options.selection, dict(os.environ), current_cwd(), settings,
+                                **options.origin())
         context["conversation"] = session.path
         if session.file_edit and session.file_edit.get("warning"):
             sys.stderr.write(f"warning: {session.file_edit['warning']}\n")
         continue_hint(options, session, mode)
-        if options.get("new") and os.path.exists(session.path):
+        if options.new and os.path.exists(session.path):
             import nagent_conversation_lifecycle as lifecycle
             lifecycle.archive(session.path, reason="new")
         for warning in session.warnings:
@@ -157,8 +180,9 @@ def run_session(session, prompt, source, options, mode, during=None):
     import contextlib
     import nagent_output
     from nagent_loop import run_agent_loop
-    out = nagent_output.choose_output(options, session.settings, sys.stdout, sys.stderr,
-                                      os.environ)
+    out = nagent_output.choose_output(mode, session.settings, sys.stdout, sys.stderr, os.environ,
+                                      quiet=options.quiet, verbose=options.verbose,
+                                      stream=options.stream, started=options.started)
     try:
         with during(session, out) if during else contextlib.nullcontext():
             outcome = run_agent_loop(session, prompt, source, out.events)
@@ -199,15 +223,14 @@ def error_event(error, code):
 
 def run_lifecycle(chosen, options):
     import nagent_lifecycle_commands as commands
-    if chosen and chosen[0] in MODEL_COMMANDS:
-        refuse_in_shell_action("nagent", NESTED_TAGS)
+    refuse_in_shell(chosen, options)
     check_combinations(chosen, options)
     if len(chosen) > 1:
         raise UsageError("choose one lifecycle flag at a time", ", ".join("--" + c.replace("_", "-")
                                                                         for c in chosen))
-    if options.get("prompt") and chosen[0] not in ("edit_conversation", "send"):
-        raise UsageError("a lifecycle flag takes no prompt", " ".join(options["prompt"]))
-    if options.get("force") and chosen[0] not in ("save_conversation", "rewind"):
+    if options.prompt and chosen[0] not in ("edit_conversation", "send"):
+        raise UsageError("a lifecycle flag takes no prompt", " ".join(options.prompt))
+    if options.force and chosen[0] not in ("save_conversation", "rewind"):
         raise UsageError("--force only applies to --save-conversation and --rewind",
                          "--" + chosen[0].replace("_", "-"))
     if output_mode(options) == "events":

@@ -15,9 +15,15 @@ Data contract
   the row's default. Map rows (`providers`, `prices`) merge across the files entry by entry,
   objects key by key. A provider chosen by flag (other than the one the files choose) brings its
   own default model; otherwise `model`, else `providers.NAME.model`, else the provider table's.
-* `resolve_settings(flags=None, environ=None) -> Settings`. `flags` maps a flag's dest
-  (`max_calls`, `read_timeout`, ...) to a value; None means not given; strings (from argv) are
-  parsed per the row's kind. Errors, in this order, before anything is written: NAGENT_CONFIG
+* `resolve_settings(flags=None, environ=None, checks=None) -> Settings`. `flags` maps a flag's
+  dest (`max_calls`, `read_timeout`, ...) to a value; None means not given; strings (from argv)
+  are parsed per the row's kind. `checks() -> {row name: check}` gives the checks of the
+  STRUCTURED rows (mcp_servers, permissions), whose parsers sit above this layer; it is called
+  only when a config file gives one of them (else the row is empty and no parser loads), so a
+  command such as --status pays for them only with a config that holds them.
+  nagent_config_checks.resolve_checked passes them; nagent_cli.load_settings loads them lazily;
+  without `checks`, a config that gives such a row is a TypeError (a caller's bug), never a
+  row left unchecked. Errors, in this order, before anything is written: NAGENT_CONFIG
   naming a missing file, an unreadable or malformed file (ConfigError naming the file and the
   problem), a bad value in a file (ConfigError naming the key as written, the allowed range and
   the file), a bad flag value (UsageError naming the flag and the range), an unknown provider.
@@ -41,7 +47,8 @@ from nagent_config_schema import (DEFAULT, ENV_FILE, FIXED, FLAG, HOME_FILE, KEY
                                   SCHEMA, Key, Price, check_value, unknown_keys)
 from nagent_env_refs import lookup, whole_reference
 from nagent_errors import ConfigError, SetupError
-from nagent_providers import BUILTIN_PROVIDERS, find_row
+from nagent_paths import config_file, nagent_home
+from nagent_providers import BUILTIN_PROVIDERS, builtin_row, find_row
 from nagent_secrets import key_names, secret_values
 
 
@@ -153,7 +160,6 @@ def config_layers(environ=None):
     """[(label, path)] of the files to read, highest first. NAGENT_CONFIG naming a missing file
     is a ConfigError: a typo there would otherwise silently run without the intended settings."""
     environ = os.environ if environ is None else environ
-    from nagent_paths import config_file, nagent_home
     home = os.path.join(nagent_home(environ), "config.json")
     layers = []
     explicit = config_file(environ)   # the same resolved file the write rules protect
@@ -220,7 +226,25 @@ def _lookup(data, key, path):
 
 
 # -- resolution ---------------------------------------------------------------------------
-def _resolve_map(key, layers, warnings):
+# Rows whose checks sit above this layer (nagent_config_checks: the MCP server and permission
+# rule parsers); resolve_settings asks its caller for them only when a config file gives one.
+STRUCTURED = ("mcp_servers", "permissions")
+
+
+def _check(key, checks, given):
+    """The check of row `key`: its own, else the caller's (`checks()`) when the files give the
+    row a value; a row nobody gives is its empty value, with no parser loaded."""
+    if key.check:
+        return key.check
+    if not given:
+        return lambda value, name, warn: ()
+    if checks is None:
+        raise TypeError(f"resolve_settings: the config gives {key.name}; pass checks "
+                        "(nagent_config_checks.checks)")
+    return checks()[key.name]
+
+
+def _resolve_map(key, layers, warnings, checks):
     merged, where = {}, []
     for label, path, data in reversed(layers):
         found = _lookup(data, key, path)
@@ -231,7 +255,7 @@ def _resolve_map(key, layers, warnings):
             where.insert(0, (label, path))
     name = key.name
     try:
-        typed = key.check(merged, name, lambda unknown: warnings.append(
+        typed = _check(key, checks, merged)(merged, name, lambda unknown: warnings.append(
             f"unknown config key {unknown} in {' and '.join(path for _, path in where)} (ignored)"))
     except ConfigError as error:
         files = " and ".join(path for _, path in where) or "defaults"
@@ -240,15 +264,16 @@ def _resolve_map(key, layers, warnings):
     return typed, source
 
 
-def _resolve_rules(key, layers, warnings):
+def _resolve_rules(key, layers, warnings, checks):
     """Every file's list, highest first: one file's rules never hide another's."""
     found = []
     for label, path, data in layers:
         value = _lookup(data, key, path)
         if value is not None and value[1] is not None:
             found.append((label, path, value[1]))
-    typed = key.check([(path, value) for _, path, value in found], key.name, lambda unknown:
-                      warnings.append(f"unknown config key {unknown} (ignored)"))
+    typed = _check(key, checks, found)([(path, value) for _, path, value in found], key.name,
+                                       lambda unknown: warnings.append(
+                                           f"unknown config key {unknown} (ignored)"))
     return typed, Source(found[0][0], found[0][1]) if found else Source(DEFAULT)
 
 
@@ -264,7 +289,7 @@ def _resolve_value(key, flags, layers):
     return None, Source(DEFAULT)
 
 
-def resolve_settings(flags=None, environ=None):
+def resolve_settings(flags=None, environ=None, checks=None):
     environ = dict(os.environ if environ is None else environ)
     flags = {name: value for name, value in (flags or {}).items() if value is not None}
     layers = [(label, path, read_config_file(path)) for label, path in config_layers(environ)]
@@ -273,9 +298,9 @@ def resolve_settings(flags=None, environ=None):
     values, sources = {}, {}
     for key in SCHEMA:
         if key.kind == "map":
-            values[key.name], sources[key.name] = _resolve_map(key, layers, warnings)
+            values[key.name], sources[key.name] = _resolve_map(key, layers, warnings, checks)
         elif key.kind == "rules":
-            values[key.name], sources[key.name] = _resolve_rules(key, layers, warnings)
+            values[key.name], sources[key.name] = _resolve_rules(key, layers, warnings, checks)
         else:
             values[key.name], sources[key.name] = _resolve_value(key, flags, layers)
 
@@ -403,7 +428,6 @@ def describe_settings(settings):
     """[(name, value, source)] for every setting in effect, keys redacted: one row per schema
     key, the selected provider's key variables, and one row per configured provider entry and
     price override."""
-    from nagent_providers import builtin_row
     rows = []
     for key in SCHEMA:
         source = str(settings.source(key.name))
@@ -449,9 +473,14 @@ def permission_rows(rules):
 
 
 # -- the secrets of the configured providers, for callers that hold no Settings ---------------
+def _providers_only():
+    """Checks that skip the STRUCTURED rows: for callers that read only the provider table."""
+    return dict.fromkeys(STRUCTURED, lambda value, name, warn: ())
+
+
 def _configured_rows(environ):
     try:
-        return tuple(resolve_settings({}, environ).providers.values())
+        return tuple(resolve_settings({}, environ, checks=_providers_only).providers.values())
     except Exception:  # noqa: BLE001 - a report must not fail; the config may be what failed
         return BUILTIN_PROVIDERS
 

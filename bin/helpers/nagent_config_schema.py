@@ -12,7 +12,10 @@ Data contract
   of strings, kept as a tuple), map (an object checked by the row's `check(value, name, warn) ->
   typed value`; `warn(dotted_name)` reports an unknown inner key), rules (a list in each file,
   none replacing another: the row's `check([(path, value)] highest first, name, warn)` gets them
-  all). A callable default is computed from the selected ProviderRow.
+  all). A callable default is computed from the selected ProviderRow. The rows `mcp_servers`
+  and `permissions` have no `check` here: their parsers (nagent_mcp_config,
+  nagent_permissions and the shell parser it needs) are checks of nagent_config, which resolves
+  settings, so that --help, which builds its flags from this table, never loads them.
 * `check_value(key, value, written, where, flag=False)` types one value or raises ConfigError
   (UsageError for a flag) naming the key as written and its allowed range; `unknown_keys(data)`
   lists the keys of one file's object that no row knows.
@@ -24,6 +27,7 @@ from collections import namedtuple
 from types import MappingProxyType
 
 from nagent_errors import ConfigError, UsageError
+from nagent_providers import ENTRY_FIELDS, all_rows
 
 FLAG, ENV_FILE, HOME_FILE, DEFAULT = "flag", "NAGENT_CONFIG", "~/.nagent/config.json", "default"
 
@@ -81,8 +85,6 @@ def _window_max_default(row):
 
 
 def check_providers(value, name, warn):
-    # Imported here: the provider table is only needed to resolve settings, never for --help.
-    from nagent_providers import ENTRY_FIELDS, all_rows
     if not isinstance(value, dict):
         raise ConfigError(f"{name} must be an object", type(value).__name__)
     for provider, entry in value.items():
@@ -112,20 +114,6 @@ def check_prices(value, name, warn):
             warn(f"{where}.{unknown}")
         prices[model] = Price(**numbers)
     return MappingProxyType(prices)
-
-
-def check_permissions(layers, name, warn):
-    if not layers:
-        return ()
-    from nagent_permissions import check_rules  # only configs that hold rules pay for the parser
-    return check_rules(layers, name, warn)
-
-
-def check_mcp_servers(value, name, warn):
-    if not value:
-        return ()
-    from nagent_mcp_config import parse_servers  # only configs that name servers pay for it
-    return parse_servers(value)
 
 
 SCHEMA = (
@@ -189,7 +177,7 @@ SCHEMA = (
     Key("prices", "map", {}, "USD per million tokens: {input, output, cache_read, cache_write}",
         section="", check=check_prices),
     Key("mcp_servers", "map", {}, "MCP servers for nagent-mcp: {NAME: {command, args, env} or {url, "
-        "headers}}", section="", check=check_mcp_servers),
+        "headers}}", section=""),
     Key("context.user", "bool", True, "read ~/.nagent/context.md and context.yaml"),
     Key("context.project", "bool", True, "read the project's AGENTS.md (else CLAUDE.md), its "
         ".nagent/context.md|yaml and the nearest nested AGENTS.md"),
@@ -207,7 +195,7 @@ SCHEMA = (
     Key("max_gate_refusals", "int", 3, "refusals by the response hook before the run stops", 1,
         aliases=("hooks.max_gate_refusals",), section="hooks", field="max_gate_refusals"),
     Key("permissions", "rules", (), "permission rules: allow, confirm or deny shell commands, "
-        "paths and MCP tools (docs/projects.md, Permission rules)", section="", check=check_permissions),
+        "paths and MCP tools (docs/projects.md, Permission rules)", section=""),
     Key("mode", "choice", "build", "plan: read and plan only, change nothing; build: work "
         "(default)", choices=("build", "plan"), flag="--mode", section=""),
     Key("max_cost", "float", None, "USD the whole run may spend, sub-agents and edit sessions "
@@ -228,6 +216,9 @@ SCHEMA = (
         0, True),
     Key("snapshots.keep_turns", "int", 200, "snapshots of turns before the last this many of the "
         "project are pruned", 1),
+    Key("warm_children", "bool", True, "start sub-agents and nested edit sessions as forks of "
+        "the running nagent (no second SDK import); false: as new processes", section="agents",
+        field="warm"),
 )
 KEYS = {key.name: key for key in SCHEMA}
 FIXED = ("provider", "model")   # resolved together: Settings.provider (a ProviderRow) and .model

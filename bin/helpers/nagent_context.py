@@ -46,10 +46,14 @@ import sys
 import time
 from dataclasses import dataclass
 
+import nagent_trust  # through the module: test_escapes races a swap right after its trust_status
 from nagent_context_layers import load_layers, render_layers, user_layer
+from nagent_discovery import default_bin_dirs, default_cache_path, discover_tools
 from nagent_errors import InputError, UsageError
 from nagent_fs import sha256_file
 from nagent_project import git_marker_dir, probe_project, run_git
+from nagent_protocol_grammar import GRAMMAR
+from nagent_skills import find_skills, skills_text
 from nagent_terminal_text import escape
 from nagent_write_policy import temp_root_problem
 
@@ -146,7 +150,6 @@ timeout, without provider API keys; long output is cut to head and tail.
 
 def _grammar():
     # The grammar text alone: the parser it sits beside is not needed before the first request.
-    from nagent_protocol_grammar import GRAMMAR
     return GRAMMAR.strip()
 
 
@@ -304,8 +307,7 @@ def project_tools_text(project, environ, secret_names=None, sandbox="none"):
     trusted tool's --description runs from nagent's private copy of the trusted bytes, never
     from the project (whatever a command renames there meanwhile); under the shell sandbox not
     at all, since the project's tools are the sandbox's to run."""
-    from nagent_trust import trust_status, trusted_copy
-    status = trust_status(project, environ)
+    status = nagent_trust.trust_status(project, environ)
     if status.state == "none":
         return "", ()
     where = escape(status.bin_dir)
@@ -316,10 +318,9 @@ def project_tools_text(project, environ, secret_names=None, sandbox="none"):
         lines += [f"- {escape(os.path.join(status.bin_dir, name))}" for name in status.tools]
         return "\n".join(lines), ()
     if status.state == "trusted":
-        copy = trusted_copy(project, status.hash, environ)
+        copy = nagent_trust.trusted_copy(project, status.hash, environ)
         if copy is None:   # .nagent/bin changed between the check and the copy
             return _changed_tools(where, len(status.tools))
-        from nagent_discovery import default_cache_path, discover_tools
         tools = discover_tools([copy], default_cache_path(environ), environ=environ,
                                secret_names=secret_names)
         lines = [f"Project tools (in {where}, trusted by the user with nagent --trust; run them "
@@ -349,7 +350,6 @@ def session_parts(mode, environ, cwd, now, file_edit, options=None, shell=(), se
     parts.append(render_layers(layers))
     from_project = project is not None and getattr(options, "project", True)
     if getattr(options, "skills", True):
-        from nagent_skills import find_skills, skills_text
         parts.append(skills_text(find_skills(environ, project.root if from_project else None)))
     warnings = (f"project root refused: {refused}",) if refused else ()
     if from_project:
@@ -376,7 +376,6 @@ def build_initial_context(mode="main", environ=None, cwd=None, now=None, tools=N
     environ = os.environ if environ is None else environ
     cwd = os.getcwd() if cwd is None else cwd
     if tools is None:
-        from nagent_discovery import default_bin_dirs, default_cache_path, discover_tools
         tools = discover_tools(default_bin_dirs(environ), default_cache_path(environ),
                                environ=environ, secret_names=secret_names)
     session, files, warnings, project = session_parts(mode, environ, cwd, now, file_edit, options,

@@ -42,7 +42,7 @@ import stat
 from collections import namedtuple
 
 from nagent_fs import opened_path
-from nagent_paths import within
+from nagent_paths import home_dir, nagent_home, within
 from nagent_protocol_blocks import frame_data
 from nagent_terminal_text import escape
 
@@ -259,7 +259,6 @@ def _option(options, name, default):
 
 
 def user_layer(environ, visited):
-    from nagent_paths import home_dir, nagent_home
     loader = _Loader("user", None, visited, home_dir(environ))
     state = nagent_home(environ)
     part = _Part(loader, USER_CAP)
@@ -272,7 +271,6 @@ def user_layer(environ, visited):
 
 
 def project_layer(root, environ, visited, cap):
-    from nagent_paths import home_dir
     loader = _Loader("project", root, visited, home_dir(environ))
     for name in PROJECT_FILES:
         path = os.path.join(root, name)
@@ -304,7 +302,6 @@ def nearest_agents(cwd, root):
 
 
 def directory_layer(cwd, root, environ, visited, cap):
-    from nagent_paths import home_dir
     loader = _Loader("directory", root, visited, home_dir(environ))
     path = nearest_agents(cwd, root)
     if path is not None:

@@ -1,8 +1,10 @@
 """`nagent --edit-conversation "instruction"`: rewrite a conversation through a per-file edit session.
 
-Data contract: `edit_conversation(path, options, environ=None, cwd=None) -> (data, text)`.
-- `options["edit_conversation"]` is the instruction (extra prompt words are appended, a trailing
-  "-" appends stdin); provider/model/timeout/max_calls/shell flags are passed to the session.
+Data contract: `edit_conversation(path, instruction, settings, environ=None, cwd=None) -> (data,
+text)`.
+- `instruction_text(instruction, extra)` is the instruction: --edit-conversation's text with
+  `extra` appended (the prompt words, stdin too after a trailing "-", read by the command). `settings` are the edit session's: the
+  command resolves them with the flags of PASSED_OPTIONS (provider/model/timeout/max_calls/shell).
 - Steps: (1) under a brief lock on `path` (BusyError if a run holds it) take a snapshot of its
   complete records; (2) write it, encoded (below), to a fresh working copy
   `<scratch root>/nagent-edit-<name>-<random>/conversation.txt` (nagent_write_policy.scratch_root:
@@ -30,18 +32,18 @@ Data contract: `edit_conversation(path, options, environ=None, cwd=None) -> (dat
 import os
 import re
 import stat
-import sys
 import tempfile
 
 import nagent_conversation_lifecycle as lifecycle
 import nagent_file_edit_lib as file_edit
-from nagent_cli import current_cwd, read_prompt
 from nagent_conversation_format import KINDS, encode_records, parse_records
+from nagent_conversation_layout import Selection
 from nagent_conversation_lock import conversation_lock
 from nagent_conversation_tail import tail_state
 from nagent_errors import EXIT_CODES, InputError, NagentError, RefusedError, UsageError
 from nagent_fs import atomic_write, sha256_bytes
 from nagent_loop import run_agent_loop
+from nagent_paths import current_cwd
 from nagent_session import build_session
 from nagent_write_policy import scratch_root
 
@@ -83,11 +85,10 @@ form; it is decoded when the file is loaded back. A body line starting with a ba
 The file is validated before it replaces the conversation; an invalid file changes nothing."""
 
 
-def instruction_text(options):
-    instruction = (options.get("edit_conversation") or "").strip()
-    words = options.get("prompt") or []
-    if words:
-        extra = read_prompt(list(words), sys.stdin)[0].strip()
+def instruction_text(instruction, extra=""):
+    instruction = (instruction or "").strip()
+    extra = (extra or "").strip()
+    if extra:
         instruction = f"{instruction} {extra}".strip() if instruction else extra
     if not instruction:
         raise UsageError("empty edit instruction", "", 'say what to change: nagent --edit-conversation '
@@ -124,14 +125,12 @@ def working_copy(path, data, environ, cwd):
     return copy
 
 
-def run_session(copy, instruction, options, parent, environ, cwd):
+def run_session(copy, instruction, settings, parent, environ, cwd):
     # Always a fresh session: an inode freed by an earlier copy may be reused by this one, and
     # the index (keyed by file id) would otherwise resume that earlier, unrelated edit.
     file_edit.clear_file_edit(copy, EDIT_INDEX_PID, environ)
-    session_options = {key: options.get(key) for key in PASSED_OPTIONS}
-    session_options.update(file_edit=copy, pid=EDIT_INDEX_PID, invocation="delegated",
-                           parent_conversation=parent)
-    session = build_session(session_options, environ, cwd)
+    session = build_session(Selection(file_edit=copy, pid=EDIT_INDEX_PID), environ, cwd, settings,
+                            invocation="delegated", parent_conversation=parent)
     return run_agent_loop(session, edit_prompt(instruction, copy), "argv")
 
 
@@ -199,16 +198,15 @@ def install(path, data, mode, expected_sha, copy, lock_timeout):
     return archived
 
 
-def edit_conversation(path, options, environ=None, cwd=None):
+def edit_conversation(path, instruction, settings, environ=None, cwd=None):
     environ = dict(os.environ) if environ is None else environ
     if cwd is None:
         cwd = current_cwd()
-    instruction = instruction_text(options)
     lock_timeout = lifecycle.LOCK_TIMEOUT
     original_bytes, mode = snapshot(path, lock_timeout)
     original = parse_records(original_bytes, source=path)[0]
     copy = working_copy(path, original_bytes, environ, cwd)
-    outcome = run_session(copy, instruction, options, path, environ, cwd)
+    outcome = run_session(copy, instruction, settings, path, environ, cwd)
     if outcome.exit_code != EXIT_CODES["ok"]:
         raise session_error(outcome, copy)
     edited, records = validate_copy(copy, original)

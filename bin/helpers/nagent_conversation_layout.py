@@ -34,13 +34,15 @@ Old layout (before NAME.d/ held everything): "NAME.lock", "NAME.torn-{stamp}" an
 "conversations/file-index-{pid}.json" are no longer read or written (they are never listed as
 conversations, and can be deleted); "NAME.checkpoint.md" is adopted into NAME.d/checkpoint.md by
 `adopt_legacy_checkpoint` the next time a run opens NAME, if NAME has no checkpoint there yet.
-`selected_pid(options, environ)` -> the conversation id a command means, the one rule every
+`selected_pid(pid, environ)` -> the conversation id a command means, the one rule every
 command uses (the conversation, the file-edit index): --pid ID checked by `valid_pid`, else (no
-or an empty --pid) `default_pid(environ)`, this shell's id from the environment given.
+--pid: None; an empty one is refused) `default_pid(environ)`, this shell's id from the
+environment given.
 `given_name(text, environ)` -> the name a user gave: a name, or the path of a conversation in
 conversations_dir as the commands print it (--status, --ps, --list-conversations --json);
 whatever one command prints, the others accept.
-`selected_conversation(options, environ)` -> (path, pid) that --conversation NAME (or its path)
+`Selection` (frozen): conversation, pid, file_edit, as a command line gives them.
+`selected_conversation(selection, environ)` -> (path, pid) that --conversation NAME (or its path)
 and --pid ID select (this shell's default without them), checked by the rules above; a --file-edit
 conversation is found through the file-edit index instead (nagent_session.resolve_conversation).
 Every function here is pure path arithmetic except `side_dir` (creates the directory, 0700) and
@@ -48,6 +50,7 @@ Every function here is pure path arithmetic except `side_dir` (creates the direc
 """
 import os
 import re
+from collections import namedtuple
 
 from nagent_errors import InputError, UsageError
 from nagent_paths import conversations_dir, home_dir, nagent_home
@@ -61,6 +64,13 @@ NAME_FIX = ("use letters, digits, '.', '_' and '-', not starting with '.' or '-'
             "characters, not ending in .d")
 LEGACY_TORN_RE = re.compile(r"\.torn-\d{8}T\d{6}Z(?:-\d+)?\Z")
 _UNSAFE_RE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+class Selection(namedtuple("Selection", "conversation pid file_edit", defaults=(None, None, None))):
+    """What selects a conversation on a command line: --conversation NAME (or its path), --pid
+    ID and --file-edit PATH; None where not given. Frozen; a namedtuple, not a dataclass: the
+    commands that use it (--status ...) must not pay for dataclass generation."""
+    __slots__ = ()
 
 
 def sanitize(text):
@@ -104,9 +114,8 @@ def default_pid(environ=None):
         return str(os.getppid())
 
 
-def selected_pid(options, environ=None):
+def selected_pid(pid, environ=None):
     # An empty --pid (a script's unset "$VAR") is refused like any bad one, never this shell's.
-    pid = options.get("pid")
     return default_pid(environ) if pid is None else valid_pid(pid)
 
 
@@ -138,10 +147,10 @@ def default_conversation_path(environ=None, pid=None, hostname=None):
 
 
 # -- what nagent keeps about a conversation ----------------------------------------------
-def selected_conversation(options, environ=None):
-    pid = selected_pid(options, environ)
-    if options.get("conversation"):
-        return conversation_path(given_name(options["conversation"], environ), environ), pid
+def selected_conversation(selection, environ=None):
+    pid = selected_pid(selection.pid, environ)
+    if selection.conversation:
+        return conversation_path(given_name(selection.conversation, environ), environ), pid
     return default_conversation_path(environ, pid=pid), pid
 
 

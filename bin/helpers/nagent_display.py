@@ -38,12 +38,19 @@ running child, redrawn with the status line (cursor up, erase line):
 (the action index, the child's conversation up to its first 8 hex digits, what its run file says
 it does now, made safe by one_line, and its elapsed time); at most TABLE_ROWS lines, then "… and
 N more". Without the cursor the status line alone says how many run.
+An animated display shares the terminal with approval questions (a sub-agent's, a nested edit
+session's, the run's own): it writes only while it holds the terminal
+(nagent_terminal_lock.terminal_free). While a question is open the redraw thread draws nothing
+and a line waits for the answer; after a question it forgets what it had drawn (the question
+now lies below it) and draws below the question, so the question is never drawn over.
 """
+import contextlib
 import os
 import threading
 import time
 
 from nagent_action_view import human_count, one_line
+from nagent_terminal_lock import terminal_free
 from nagent_terminal_text import counted, cut, escape
 
 MINUS = "\u2212"
@@ -130,8 +137,35 @@ class Display:
         self.draft = ""            # text typed during the run, not sent yet
         self._stop = threading.Event()
         self._thread = None
+        self.holding = 0           # nested writes holding the terminal (terminal_free)
+        self.shown = None          # questions shown on the terminal when it last drew
 
     # -- drawing -----------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _writing(self, wait=True):
+        """The display's lock and, when animated, the terminal's: yields False (draw nothing)
+        when a question holds the terminal and `wait` is False."""
+        with self.lock:
+            if not self.animate or self.holding:
+                self.holding += 1
+                try:
+                    yield True
+                finally:
+                    self.holding -= 1
+                return
+            with terminal_free(wait=wait) as shown:
+                if shown is None:
+                    yield False
+                    return
+                if self.shown is not None and shown != self.shown:
+                    self.drawn = self.table_drawn = 0   # a question lies below: keep it
+                self.shown = shown
+                self.holding += 1
+                try:
+                    yield True
+                finally:
+                    self.holding -= 1
+
     def _paint(self, role, text):
         return f"\x1b[{COLORS[role]}m{text}\x1b[0m" if self.color else text
 
@@ -183,7 +217,9 @@ class Display:
 
     def _loop(self):
         while not self._stop.wait(0.1):
-            with self.lock:
+            with self._writing(wait=False) as free:
+                if not free:
+                    continue
                 self.frame += 1
                 if self.table_drawn:   # the elapsed times move: redraw the table too
                     self._clear()
@@ -193,7 +229,7 @@ class Display:
         """One permanent line above the status line; `role` colours `span` characters after
         the indent (all of them by default)."""
         text = cut(indent + text, terminal_width(self.stream) - 1)
-        with self.lock:
+        with self._writing():
             if self.before_line is not None:
                 self.before_line()
             self._clear()
@@ -212,13 +248,13 @@ class Display:
             self.line(one_line(line, 400), indent="    ")
 
     def pause(self):
-        with self.lock:
+        with self._writing():
             self.paused = True
             self._clear()
             self.stream.flush()
 
     def resume(self):
-        with self.lock:
+        with self._writing():
             self.paused = False
             self._draw()
 
@@ -227,14 +263,14 @@ class Display:
         self.line(f"✉ message {state}: {one_line(text, MESSAGE_WIDTH)}", "dim")
 
     def set_draft(self, text):
-        with self.lock:
+        with self._writing():
             self.draft = text
             if self.drawn:
                 self._clear()
                 self._draw()
 
     def _set_status(self, label):
-        with self.lock:
+        with self._writing():
             self.status = (label, self.clock()) if label else None
             if label is None:
                 self._clear()
@@ -320,7 +356,7 @@ class Display:
         rows = event.get("running") or []
         now = self.clock()
         before = {row[0]: row[3] for row in self.agents}
-        with self.lock:
+        with self._writing():
             self._clear()
             self.agents = [(row.get("index"), str(row.get("conversation") or "?"), row.get("action"),
                             before.get(row.get("index"), now - float(row.get("elapsed") or 0)))
@@ -362,6 +398,6 @@ class Display:
             self._stop.set()
             self._thread.join()
             self._thread = None
-        with self.lock:
+        with self._writing():
             self._clear()
             self.stream.flush()

@@ -23,6 +23,7 @@ import sys
 from nagent_action_base import error_block, error_text
 from nagent_cli import current_cwd, emit_json, load_settings, read_stdin
 from nagent_conversation import ConversationWriter
+from nagent_conversation_layout import Selection
 from nagent_edit_actions import replace_block, replace_in_place
 from nagent_errors import InputError, NagentError, UsageError
 from nagent_file_change import MINUS, unified_diff
@@ -78,8 +79,11 @@ def run_replace(options):
     pairs = pairs_from(options, sys.stdin)
     delegated = options.get("invocation") == "delegated"
     settings = load_settings(options, warn=not delegated)
-    session = build_session(dict(options, file_edit=options["file"]), dict(os.environ),
-                            current_cwd(), settings, needs_model=False)
+    session = build_session(Selection(pid=options.get("pid"), file_edit=options["file"]),
+                            dict(os.environ), current_cwd(), settings, needs_model=False,
+                            invocation=options.get("invocation") or "user",
+                            parent_conversation=options.get("parent_conversation"),
+                            depth=options.get("depth") or 0, budget=options.get("budget"))
     target = session.write_mode.target
     ctx = session.action_context
     with ConversationWriter(session.path, lock_timeout=session.limits.lock_timeout) as writer, \

@@ -21,6 +21,10 @@ Data contract:
 - `capped(text, max_lines, max_bytes) -> (text, cut)`: the first lines of a diff, with a last
   line saying how many were left out when it had to be cut.
 - `summary(change)` -> "src/foo.py +3 −1".
+- `between(path, before, after, cwd) -> FileChange | None` (pure): the change from the bytes
+  `before` to `after` (None: the file did not exist) of the file at `path`, for changes known
+  from elsewhere than a snapshot here (a shell action's, from the run's project snapshots). A
+  binary side (a NUL byte in its first BINARY_PROBE bytes, git's rule) gets no diff: counts 0.
 """
 import difflib
 import hashlib
@@ -33,6 +37,7 @@ from nagent_paths import within, within_any
 from nagent_write_policy import temp_roots
 
 DIFF_MAX_BYTES = 16 << 20
+BINARY_PROBE = 8000   # as git: a NUL byte in the first 8000 bytes makes a file binary
 MINUS = "\u2212"
 
 Snapshot = namedtuple("Snapshot", "path data sha256")
@@ -105,6 +110,18 @@ def change_since(before, cwd):
     else:
         text, added, removed = f"(no diff: {shown} is over {DIFF_MAX_BYTES >> 20} MiB)", 0, 0
     return FileChange(before.path, shown, added, removed, text, before.sha256, digest)
+
+
+def between(path, before, after, cwd):
+    if before == after:
+        return None
+    shown = shown_path(path, cwd)
+    if any(b"\0" in (data or b"")[:BINARY_PROBE] for data in (before, after)):
+        text, added, removed = f"(no diff: {shown} is binary)\n", 0, 0
+    else:
+        text, added, removed = unified_diff(before or b"", after or b"", shown)
+    digest = (lambda data: None if data is None else hashlib.sha256(data).hexdigest())
+    return FileChange(path, shown, added, removed, text, digest(before), digest(after))
 
 
 # -- the diff (pure) ------------------------------------------------------------------------------

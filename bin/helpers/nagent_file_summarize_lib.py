@@ -21,6 +21,8 @@ Data contract:
 import os
 import tempfile
 
+import nagent_llm
+from nagent_config import api_key_for
 from nagent_file_split_lib import (READ_SPLIT_THRESHOLD_BYTES, decode_text, detect_split_type,
                                    read_source, split_file)
 
@@ -115,8 +117,6 @@ def summarize_file(path, summarize_text, target_bytes=SUMMARY_TARGET_BYTES):
 def provider_text_callable(settings):
     """(callable, usage) backed by the provider helper for resolved `settings` (the caller
     resolves them: nagent_cli.load_settings); `usage` accumulates calls and tokens."""
-    import nagent_llm
-    from nagent_config import api_key_for
 
     api_key_for(settings)  # a missing key fails now, not after the file was split
     usage = {"provider": settings.provider.name, "model": settings.model, "calls": 0,

@@ -44,11 +44,12 @@ import tempfile
 from dataclasses import dataclass
 
 import nagent_split_registry as registry_lib
-from nagent_install import tool_target
 from nagent_errors import EXIT_CODES, InputError, NagentError, RefusedError
 from nagent_file_split_lib import INDEX_NAME, load_index
 from nagent_fs import file_id, file_id_for_path, opened_path, regular_file_stat, sha256_fd, sha256_file
+from nagent_install import tool_target
 from nagent_paths import within_any
+from nagent_secrets import scrubbed_env
 from nagent_terminal_text import escape
 from nagent_write_policy import scratch_root, temp_roots, validate_patch_source
 
@@ -90,7 +91,6 @@ class SplitOutcome:
 # -- tool processes ---------------------------------------------------------------------------
 
 def _tool_env(ctx):
-    from nagent_secrets import scrubbed_env  # the one rule for what a child process may see
     return scrubbed_env(ctx.environ, tuple(getattr(ctx, "secret_names", ())))
 
 

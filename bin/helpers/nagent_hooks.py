@@ -39,8 +39,11 @@ Data contract:
 """
 from collections import namedtuple
 
+from nagent_errors import GateRefused
 from nagent_paths import resolved
 from nagent_protocol_blocks import frame_data
+from nagent_replace import parse_pairs
+from nagent_secrets import scrubbed_env
 
 OUTPUT_CAP = 16 * 1024
 HOOKED_ACTIONS = ("read", "file-read", "file-patch", "write", "shell", "agent", "replace",
@@ -121,7 +124,6 @@ def run_hook(command, stdin_text, cwd, environ, timeout, hook="response", extra_
     import subprocess
     import tempfile
     import time
-    from nagent_secrets import scrubbed_env
     env = scrubbed_env(environ, secret_names)
     env.update(extra_env or {})
     env["NAGENT_HOOK"] = hook
@@ -171,7 +173,6 @@ def refusal_view(hook_run, lines=5):
 
 
 def gate_response(run, text):
-    from nagent_errors import GateRefused
     session = run.session
     settings = session.settings
     if not response_gated(settings) or not gates_invocation(session.meta.get("invocation")):
@@ -211,7 +212,6 @@ def action_payload(action, ctx, target=None):
         payload["content"] = action.body
     elif action.kind == "replace":
         # Here, not at the top: nagent_stream asks this module before the first request.
-        from nagent_replace import parse_pairs
         payload["pairs"] = [{"old": old, "new": new} for old, new in parse_pairs(action.body)]
     elif action.kind == "file-edit":
         payload["instruction"] = action.body.strip()

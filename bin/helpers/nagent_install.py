@@ -15,7 +15,8 @@ Data contract:
   `[python, -P, -m, MODULE]` when installed (-P: the working directory is never put on
   sys.path, so a project's own files cannot stand in for nagent's modules).
   `tool_target(name)` is the same as ("path", FILE) or ("module", NAME) for runners that set
-  something up in the child first (nagent_file_tools).
+  something up in the child first (nagent_file_tools). `module_argv(module)` runs a helper
+  module that is a program of its own but no user's tool (the run's MCP host).
 - `install_command(requirement)` is the one line that adds a package (an optional SDK) to THIS
   install, by how it was installed: `pipx inject nagent REQ` (a pipx venv: pipx_metadata.json
   in sys.prefix), `uv tool install --with REQ DIR` (a uv tool: uv-receipt.toml naming the
@@ -75,6 +76,15 @@ def tool_argv(name):
     if kind == "path":
         return [sys.executable, target]
     return [sys.executable, "-P", "-m", target]
+
+
+def module_argv(module):
+    """The argv that runs this install's helper module MODULE as a program (its `__main__`):
+    the file in a checkout's bin/helpers (its directory becomes the import path), `-P -m
+    MODULE` when installed."""
+    if checkout_bin_dir() is not None:
+        return [sys.executable, os.path.join(HELPERS_DIR, module + ".py")]
+    return [sys.executable, "-P", "-m", module]
 
 
 def _has_nagent(directory):

@@ -121,8 +121,8 @@ def resolve_target(target, environ):
 def send(options, settings):
     environ = dict(os.environ)
     import sys
-    path, record = resolve_target(options["send"], environ)
-    words = options.get("prompt") or []
+    path, record = resolve_target(options.send, environ)
+    words = list(options.prompt)
     if not words and (sys.stdin is None or sys.stdin.isatty()):
         raise UsageError("no message", "", 'nagent --send TARGET "message", or - to read it from stdin')
     text, _source = read_prompt(words, sys.stdin)

@@ -2,8 +2,8 @@
 
 Data contract
 -------------
-`start(options, lifecycle, parser, pick=False) -> exit code`. `options` are the parsed flags of
-the command line that opened the session (no prompt words; the conversation already selected by
+`start(options, lifecycle, parser, pick=False) -> exit code`. `options` is the
+nagent_invocation.Invocation of the command line that opened the session (no prompt words; the conversation already selected by
 -c, --resume NAME or --conversation); `lifecycle` the names of nagent's lifecycle flags and
 `parser` nagent's argparse parser (both from nagent_main), so that every entry runs exactly what
 its command line runs:
@@ -30,14 +30,18 @@ import termios
 import time
 
 import nagent_commands
+import nagent_resume
 import nagent_slash
 from nagent_cli import load_settings, redact, run_main
 from nagent_conversation_layout import is_state_name, selected_conversation, validate_name
 from nagent_conversation_tail import read_tail_summary
 from nagent_errors import NagentError, UsageError
+from nagent_invocation import Invocation
+from nagent_lifecycle_commands import selected_path, status
 from nagent_line_editing import LineEditor, path_candidates
 from nagent_paths import conversations_dir
 from nagent_terminal_text import one_line
+from nagent_typeahead import Typeahead
 
 SOURCE = "interactive"
 MORE = "  … "
@@ -83,11 +87,10 @@ class Chat:
     def __init__(self, options, lifecycle, parser):
         self.parser = parser
         self.defaults = vars(self.parser.parse_args([]))
-        self.base = dict(options, prompt=[], new=False, resume=None)
-        self.base["continue"] = False
+        self.base = options.but(prompt=(), new=False, resume=None, continue_latest=False).options()
         self.lifecycle = lifecycle
         self.held = {}                       # flag -> value set by /model, /mode
-        self.pending_new = bool(options.get("new"))
+        self.pending_new = bool(options.new)
         self.environ = dict(os.environ)
         self.editor = LineEditor(self.environ, self.complete)
         self.loader = None
@@ -99,19 +102,18 @@ class Chat:
 
     # -- the options an entry runs with ---------------------------------------------------
     def options(self, argv=()):
-        """The session's options with `argv` (a command line's flags) parsed over them."""
+        """The session's Invocation with `argv` (a command line's flags) parsed over it."""
         held = [word for flag, value in self.held.items() for word in (flag, value)]
         given = vars(self.parser.parse_args([*held, *argv]))
         merged = dict(self.base)
         merged.update({key: value for key, value in given.items() if value != self.defaults.get(key)})
-        return merged
+        return Invocation.from_options(merged)
 
     # -- the prompt line -------------------------------------------------------------------
     def path(self, options):
-        if options.get("file_edit"):
-            from nagent_lifecycle_commands import selected_path
+        if options.file_edit:
             return selected_path(options, read_only=True)
-        return selected_conversation(options, self.environ)[0]
+        return selected_conversation(options.selection, self.environ)[0]
 
     def prompt_line(self, settings=None):
         options = self.options()
@@ -128,7 +130,7 @@ class Chat:
         except NagentError:
             path, stats = None, {}
         cost = (stats.get("conversation") or {}).get("cost_usd") if stats else 0.0
-        name = os.path.basename(path) if path else os.path.basename(options.get("file_edit") or "?")
+        name = os.path.basename(path) if path else os.path.basename(options.file_edit or "?")
         money = "$?" if cost is None else f"${cost:.4f}"
         return f"{one_line(name, 40)} · {one_line(model, 40)} · {money} › "
 
@@ -162,7 +164,6 @@ class Chat:
         return run_main(lambda _argv: body(), [])
 
     def during(self, session, out):
-        from nagent_typeahead import Typeahead
         dumb = self.environ.get("TERM", "dumb") in ("", "dumb")   # no bracketed paste there
         self.typeahead = Typeahead(sys.stdin.fileno(), session.path, out.display,
                                    session.environ or self.environ, sys.stderr,
@@ -170,9 +171,9 @@ class Chat:
         return self.typeahead
 
     def run_prompt(self, text, new=False):
-        options = self.options(["--new"] if new or self.pending_new else [])
+        options = self.options(["--new"] if new or self.pending_new else []).but(
+            started=time.monotonic())
         self.pending_new = False
-        options["started"] = time.monotonic()
         self.typeahead = None
         code = self.guarded(lambda: nagent_commands.run_prompt(
             options, typed=(text, SOURCE), during=self.during, warn=False))
@@ -183,13 +184,12 @@ class Chat:
     def run_command(self, argv, cost=False):
         options = self.options(argv)
         if cost:
-            from nagent_lifecycle_commands import status
             text = status(options, load_settings(options, warn=False))[1]
             wanted = ("tokens:", "cost:", "last run:")
             lines = [line for line in text.splitlines() if line.startswith(wanted)]
             sys.stdout.write("\n".join(lines or ["cost: $0.0000 (no model call yet)"]) + "\n")
             return 0
-        chosen = [name for name in self.lifecycle if options.get(name) not in (None, False)]
+        chosen = [name for name in self.lifecycle if options.given(name)]
         return nagent_commands.run_lifecycle(chosen, options)
 
     def slash(self, entry, name, words):
@@ -263,12 +263,11 @@ class Chat:
 
 def start(options, lifecycle, parser, pick=False):
     if pick:
-        import nagent_resume
         settings = load_settings(options)
-        name = nagent_resume.choose(options, settings, input, sys.stdout)
+        name = nagent_resume.choose(settings, input, sys.stdout)
         if name is None:
             return 0
-        options = dict(options, conversation=name, resume=None)
+        options = options.but(conversation=name, resume=None)
     chat = Chat(options, lifecycle, parser)
     settings = load_settings(chat.options(), warn=not pick)   # a bad config stops it here
     modules = (settings.provider.package, settings.provider.adapter) + RUN_MODULES

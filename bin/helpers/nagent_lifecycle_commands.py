@@ -1,13 +1,14 @@
 """Conversation lifecycle commands of `bin/nagent`: one function per flag.
 
-Data contract: each function takes the parsed options dict and the command's resolved Settings
-and returns `(data, text)`:
+Data contract: each function takes the parsed command line (`options`, the frozen
+nagent_invocation.Invocation) and the command's resolved Settings and returns `(data, text)`:
 `data` is what --json prints, `text` the human output. They work on the conversation the
 options select (--conversation / --pid / --file-edit / this shell's default) and never
 destroy a file: --clear and --load archive the current one first. Queries (--status, --summarize,
 --save-conversation) change nothing: a --file-edit target's conversation is only looked up.
 """
 import os
+import sys
 
 import nagent_conversation_lifecycle as lifecycle
 from nagent_conversation_layout import given_name, selected_pid
@@ -22,24 +23,24 @@ def selected_path(options, environ=None, read_only=False):
     record); a read-only one (`read_only`: status, summarize, save) only looks it up and gets
     None when the file has no per-file conversation yet, so a query changes nothing."""
     environ = dict(os.environ) if environ is None else environ
-    if options.get("file_edit") and read_only:
+    if options.file_edit and read_only:
         import nagent_file_edit_lib as file_edit
-        record = file_edit.lookup_file_edit(options["file_edit"], selected_pid(options, environ),
+        record = file_edit.lookup_file_edit(options.file_edit, selected_pid(options.pid, environ),
                                             environ)
         return None if record is None else lifecycle.conversation_path(record["conversation"],
                                                                        environ)
-    if options.get("file_edit"):
+    if options.file_edit:
         from nagent_session import resolve_conversation  # finds it in the file-edit index
-        return resolve_conversation(options, environ)[0]
+        return resolve_conversation(options.selection, environ)[0]
     # Without --file-edit, no need to load the run's session machinery (start-up time).
-    return lifecycle.selected_conversation(options, environ)[0]
+    return lifecycle.selected_conversation(options.selection, environ)[0]
 
 
 def _existing(options, purpose):
     """The selected conversation, looked up read-only; InputError when it has none yet."""
     path = selected_path(options, read_only=True)
     if path is None or not os.path.exists(path):
-        raise InputError(f"no conversation to {purpose}", path or options["file_edit"],
+        raise InputError(f"no conversation to {purpose}", path or options.file_edit,
                          "run a prompt first")
     return path
 
@@ -82,7 +83,7 @@ def status(options, settings):
     presence, running_lines = (running_status(path, dict(os.environ)) if path
                                else ({"running": None, "inbox_waiting": 0}, []))
     data.update(presence)
-    shown = path or f"none yet for {options.get('file_edit')} (no per-file edit session)"
+    shown = path or f"none yet for {options.file_edit} (no per-file edit session)"
     lines = [f"conversation: {shown}" + ("" if data["exists"] or not path else ", not started yet"),
              *running_lines,
              f"size: {data['size']} bytes, {data['records']} records",
@@ -137,7 +138,7 @@ def checkpoint_path_if_any(path):
 
 
 def clear(options, settings):
-    if options.get("file_edit"):
+    if options.file_edit:
         return clear_file_edit(options, settings)
     path = selected_path(options)
     archived = lifecycle.archive(path, reason="clear") if os.path.exists(path) else None
@@ -151,15 +152,15 @@ def clear_file_edit(options, settings):
     old conversation is refused before the index changes."""
     import nagent_file_edit_lib as file_edit
     environ = dict(os.environ)
-    pid = selected_pid(options, environ)
+    pid = selected_pid(options.pid, environ)
     current = file_edit.list_file_edits(pid, environ)
-    real = os.path.realpath(options["file_edit"])
+    real = os.path.realpath(options.file_edit)
     for record in current:
         if record.get("path") == real:
             old_path = lifecycle.conversation_path(record["conversation"], environ)
             if lifecycle.is_busy(old_path):
                 raise BusyError("conversation is busy", old_path, "wait for its run to finish")
-    change = file_edit.clear_file_edit(options["file_edit"], pid, environ)
+    change = file_edit.clear_file_edit(options.file_edit, pid, environ)
     archived = None
     if change.get("old"):
         old_path = lifecycle.conversation_path(change["old"], environ)
@@ -172,15 +173,15 @@ def clear_file_edit(options, settings):
 
 
 def save_conversation(options, settings):
-    name = given_name(options["save_conversation"])  # a bad name is reported first
+    name = given_name(options.save_conversation)  # a bad name is reported first
     path = _existing(options, "save")
-    saved, archived = lifecycle.save_as(path, name, overwrite=bool(options.get("force")))
+    saved, archived = lifecycle.save_as(path, name, overwrite=bool(options.force))
     text = f"saved as {saved}" + (f"; the previous {name} was archived at {archived}" if archived else "")
     return {"conversation": path, "saved": saved, "archived": archived}, text
 
 
 def load_conversation(options, settings):
-    name = given_name(options["load_conversation"])
+    name = given_name(options.load_conversation)
     path = selected_path(options)
     archived = lifecycle.load(name, path)
     text = f"loaded {name} into {path}" + (f"; the previous conversation was archived at {archived}"
@@ -191,17 +192,17 @@ def load_conversation(options, settings):
 def branch_conversation(options, settings):
     """A new current conversation from NAME (or the current one), cut after --turn N. Every
     check (the name, the source, the turn, a busy conversation) happens before anything moves."""
-    name = options.get("branch_conversation") or ""
+    name = options.branch_conversation or ""
     source = lifecycle.conversation_path(given_name(name)) if name else None
     path = selected_path(options)
     source = source or path
     if not os.path.isfile(source):
         raise InputError("no such conversation", name or path, "list them with nagent --list-conversations")
-    archived = lifecycle.branch(source, path, options.get("turn"))
+    archived = lifecycle.branch(source, path, options.turn)
     if source == path:
         source = archived
-    data = {"conversation": path, "source": source, "turn": options.get("turn"), "archived": archived}
-    return data, f"branched from {source}" + (f" after turn {options['turn']}" if options.get("turn")
+    data = {"conversation": path, "source": source, "turn": options.turn, "archived": archived}
+    return data, f"branched from {source}" + (f" after turn {options.turn}" if options.turn
                                               else "") + f" into {path}"
 
 
@@ -257,7 +258,7 @@ def mark_windows(items):
 def list_file_edits(options, settings):
     import nagent_file_edit_lib as file_edit
     environ = dict(os.environ)
-    pid = selected_pid(options, environ)
+    pid = selected_pid(options.pid, environ)
     records = file_edit.list_file_edits(pid, environ)
     index_path = file_edit.file_index_path(pid, environ)
     warning = file_edit.load_file_index(index_path)[1]  # the next edit session rebuilds it
@@ -357,13 +358,21 @@ def summarize(options, settings):
 
 
 def edit_conversation(options, settings):
+    from nagent_cli import config_checks, read_prompt
+    from nagent_config import resolve_settings
+    from nagent_conversation_edit import PASSED_OPTIONS, instruction_text
     from nagent_conversation_edit import edit_conversation as run_edit
-    return run_edit(selected_path(options), options)
+    path = selected_path(options)
+    extra = read_prompt(list(options.prompt), sys.stdin)[0] if options.prompt else ""
+    instruction = instruction_text(options.edit_conversation, extra)
+    # The edit session gets the provider, model, timeout, call and shell flags, no others.
+    flags = {name: value for name, value in options.overrides.items() if name in PASSED_OPTIONS}
+    return run_edit(path, instruction, resolve_settings(flags, dict(os.environ), config_checks))
 
 
 def compact(options, settings):
     from nagent_compact import compact_now
-    return compact_now(selected_path(options), options)
+    return compact_now(selected_path(options), options.selection, settings)
 
 
 def trust(options, settings):
@@ -388,4 +397,4 @@ def rewind(options, settings):
 
 def resume(options, settings):
     from nagent_resume import listing
-    return listing(options, settings)
+    return listing(settings)

@@ -11,6 +11,9 @@ written appends a failed-run marker, so the next prompt never reads as part of i
 Ctrl-C (130), SIGTERM (143) and SIGHUP (129) end the running shell command's process group
 (and every running sub-agent's tree) and append an interrupt record naming them and the
 sub-agents they cut off (attribute cut_off: their conversation names).
+The configured MCP servers the run's shell commands call through `nagent-mcp` are started once,
+on first use, and stay up until the run ends (nagent_mcp_channel.run_channel); they end with it,
+however it ends.
 - Actions run in reply order; consecutive <nagent-agent> tags are one batch run concurrently,
   a barrier for what follows, results in tag order (nagent_loop_actions.process_tags).
 - Before each model call (a turn boundary, never inside a call or an action), messages sent
@@ -40,17 +43,24 @@ project tree is snapshotted at the turn's start, while its first model call runs
 and after each action that can change files; each user prompt record carries a `turn_id`
 naming the turn for them). The caller emits error and run_end. Nothing here prints but the
 initial context's warnings.
+Once the run's first reply starts to arrive (its first text: the request is out, and the model is
+still writing), a thread imports what handling the reply needs (FIRST_STEP_MODULES), so the
+first step does not wait for those imports after the answer.
 """
 import json
 import os
 import sys
 from dataclasses import dataclass, replace
 
+import nagent_llm
+import nagent_protocol
 from nagent_accounting import TokenStats
 from nagent_conversation import ConversationWriter, utc_now
 from nagent_errors import (EXIT_CODES, BudgetError, ExitSignal, LimitError, NagentError,
                            ProtocolFailure, ProviderError, UsageError)
-from nagent_loop_actions import process_tags, repeated_too_often
+from nagent_hooks import gate_response, refusal_view
+from nagent_loop_actions import FIRST_STEP_MODULES, preload, process_tags, repeated_too_often
+from nagent_mcp_channel import run_channel
 from nagent_procs import exit_signals
 from nagent_project_conversations import new_origin, origin_in, record_use
 from nagent_requests import build_request
@@ -58,13 +68,13 @@ from nagent_run import DeltaRedactor, Run
 from nagent_run_presence import deliver_inbox, late_messages, progress, registered
 from nagent_run_records import (CONTINUATION_ATTRS, CONTINUE_TEXT, CUT_TEXT, failed_prompt,
                                 failure_marker, mode_note)
+from nagent_run_snapshots import RunSnapshots
 from nagent_window import maybe_compact
 
 
 def _protocol():
     """The parser and its text helpers, imported when the first reply is in: compiling its
     patterns is start-up cost the first request need not wait for."""
-    import nagent_protocol
     return nagent_protocol
 
 
@@ -130,15 +140,24 @@ def call_llm(run, purpose="reply"):
                  max_attempts=session.settings.retry.max_attempts, delay=round(delay, 3),
                  reason=retry_reason(problem), error=run.redact(problem.line()[len("Error: "):]))
 
-    import nagent_llm
     run.calls += 1
     progress(run, f"model call {run.calls}")
+    first_call, loading = run.snapshots is None, []
+
+    def on_text(text):
+        if first_call and not loading:   # the request is out and the model is answering
+            loading.append(preload(FIRST_STEP_MODULES))
+        if deltas:
+            deltas.feed(text)
     try:
         client = run.provider_client()
         turn_snapshots(run).model_call()   # the turn's first snapshot runs while the model works
-        result = nagent_llm.generate(request, session.settings, on_retry=on_retry,
-                                     client=client,
-                                     on_text=deltas.feed if deltas else None)
+        try:
+            result = nagent_llm.generate(request, session.settings, on_retry=on_retry,
+                                         client=client, on_text=on_text)
+        finally:   # done before any action can fork a child (a thread mid-import must not be)
+            for thread in loading:
+                thread.join()
     except ProviderError as error:
         run.append("error", error.line(), {"status": str(error.status or error.error_type)})
         run.count_spent(error, purpose)
@@ -198,11 +217,12 @@ def run_agent_loop(session, prompt, source="argv", events=None):
         events.emit("run_start", conversation=session.path, provider=settings.provider.name,
                     model=settings.model, invocation=session.meta.get("invocation", "user"))
     with ConversationWriter(session.path, lock_timeout=session.limits.lock_timeout) as writer, \
-            exit_signals(), registered(session) as instance:
+            exit_signals(), registered(session) as instance, run_channel(session) as channel:
         if prompt is None:
             prompt = retry_prompt(writer.records(), session.path)
         run = Run(session, writer, events)
         run.instance = instance
+        run.mcp = channel
         try:
             return _run(run, prompt, source)
         finally:   # after the run, off the first request's path: -c and --resume find it
@@ -237,7 +257,6 @@ def turn_snapshots(run):
     """The turn's snapshots (nagent_run_snapshots), made as its first model call goes out: their
     modules are not needed before the first request."""
     if run.snapshots is None:
-        from nagent_run_snapshots import RunSnapshots
         run.snapshots = RunSnapshots(run.session, run.emit, run.append, run.turn_id, run.prompts)
     return run.snapshots
 
@@ -409,7 +428,6 @@ def _loop(run, prompt, source):
                 run.emit("note", text=note)
         if not actions:
             final = _protocol().clean_user_output(responses[-1].body) if responses else ""
-            from nagent_hooks import gate_response, refusal_view  # needed once an answer is in
             gate = gate_response(run, final)  # the response hook, when one is configured
             if gate is None:
                 return answered(run, final, EXIT_CODES["ok"])

@@ -3,22 +3,53 @@ tags (or consecutive <nagent-file-edit> tags) as one concurrent batch, each resu
 announced.
 
 Data contract: `process_tags(run, actions)` runs `actions` (parsed, non-response) for the Run
-`run` (nagent_run): each action is announced (action_start), run through nagent_actions, its
+`run` (nagent_run): each action is announced (action_start), run through the session's
+handlers (`run.session.actions`: nagent_actions, which the session imports once a reply asks
+for an action, so that this module and the loop stay light before the first request), its
 outcome announced (action_end, then one file_change event per file it changed outside the temp
 roots: path, added, removed, the diff cut at EVENT_DIFF_LINES lines with a note, `truncated`,
 sha256 before and after) and recorded (hook record, result, continuation prompt, a nested
 nagent's totals folded in, a cut-off child remembered); an action that can change files gets a
 snapshot before and after it (run.snapshots, nagent_run_snapshots; a batch one pair for the
-batch). A batch runs concurrently (nagent_actions.process_agents), is a barrier for what
+batch); a shell action's closing snapshot is taken at once, and the files it changed are
+announced as an edit tag's are (run.snapshots.close_now). A batch runs concurrently (nagent_actions.process_agents), is a barrier for what
 follows, appends results in tag order and emits "agents" events while its children run.
 `repeated_too_often(run, actions, limit)` is the repeated-action guard's count
-(run.recent_actions). Nothing here prints.
+(run.recent_actions). `preload(names)` imports `names` in a daemon thread (returned); the loop
+loads FIRST_STEP_MODULES, what running the first reply's actions imports, that way while the
+run's first reply arrives. Nothing here prints.
 """
+import importlib
+import threading
 import time
+from dataclasses import replace
 
 from nagent_accounting import add_child
+from nagent_action_view import action_result, action_summary
 from nagent_file_change import capped
 from nagent_run_presence import progress
+
+# What handling the first reply imports (parser, actions, shell, snapshots, the response hook):
+# loaded in a thread while the first reply arrives, not after it is in (the first
+# step of a run). Layers point one way (no import cycles), so the thread's imports cannot
+# deadlock against the run's own; one that fails is simply imported, and reported, again by the
+# code that needs it.
+FIRST_STEP_MODULES = ("nagent_protocol", "nagent_action_view", "nagent_actions", "nagent_shell",
+                      "nagent_run_snapshots", "nagent_hooks")
+
+
+def preload(names):
+    """Import `names` in a daemon thread; returns the thread."""
+    def load():
+        for name in names:
+            try:
+                importlib.import_module(name)
+            except Exception:   # noqa: BLE001 - the run imports it again and reports it
+                pass
+    thread = threading.Thread(target=load, name="nagent-preload", daemon=True)
+    thread.start()
+    return thread
+
 
 EVENT_DIFF_LINES, EVENT_DIFF_BYTES = 2000, 256 * 1024
 BATCHED = ("agent", "file-edit")
@@ -79,9 +110,17 @@ def action_groups(actions):
     return groups
 
 
+def shell_changes(run, entry_id, outcome):
+    """The shell action's outcome with the files it changed (from the run's snapshots; none
+    when they are off) and how many more changed than are shown."""
+    if not run.snapshots or entry_id is None:
+        return outcome, 0
+    changes, more = run.snapshots.close_now(entry_id)
+    return (replace(outcome, changes=outcome.changes + changes) if changes else outcome), more
+
+
 def summary_of(run, action):
     """An action's redacted one-line summary."""
-    from nagent_action_view import action_summary  # off start-up: needed once actions come
     return run.redact(action_summary(action))
 
 
@@ -93,7 +132,6 @@ def start_action(run, action, summary):
 
 
 def end_action(run, action, start, outcome, seconds):
-    from nagent_action_view import action_result
     view = action_result(action, outcome, seconds)
     view["outcome"] = run.redact(view["outcome"])
     run.emit("action_end", index=start[0], kind=action.kind, summary=start[1], **view)
@@ -107,7 +145,6 @@ def end_action(run, action, start, outcome, seconds):
 def process_tags(run, actions):
     """Run the actions in reply order, appending each result (and any continuation prompt); a
     batch of agents runs concurrently and is a barrier, its results appended in tag order."""
-    from nagent_actions import process_action
     for group in action_groups(actions):
         ctx = run.action_context(len(group))   # what is left of the budget, shared by the group
         if group[0].kind in BATCHED:
@@ -119,8 +156,12 @@ def process_tags(run, actions):
         start = start_action(run, action, summary)
         progress(run, f"{action.kind}: {start[1]}")
         began = time.monotonic()
-        outcome = process_action(action, ctx)
+        outcome, more = run.session.actions.process_action(action, ctx), 0
+        if action.kind == "shell":
+            outcome, more = shell_changes(run, snapshot, outcome)
         end_action(run, action, start, outcome, time.monotonic() - began)
+        if more:
+            run.emit("note", text=f"and {more} more files changed (nagent --changes --last)")
         snapshot_after(run, snapshot, record_outcome(run, action, outcome))
 
 
@@ -129,7 +170,6 @@ def run_batch(run, group, ctx):
     announced in tag order, each result appended and announced in tag order; while they run, an
     "agents" event whenever the running children or what they do changes (the display's table
     of children)."""
-    from nagent_actions import process_agents
     summaries = [summary_of(run, action) for action in group]
     more = f" (and {len(group) - 1} more)" if len(group) > 1 else ""
     snapshot = snapshot_before(run, group[0], summaries[0] + more)
@@ -155,7 +195,7 @@ def run_batch(run, group, ctx):
             run.emit("agents", running=rows, total=len(group))
 
     try:
-        process_agents(group, ctx, ready, watch)
+        run.session.actions.process_agents(group, ctx, ready, watch)
     finally:
         run.emit("agents", running=[], total=len(group))
     snapshot_after(run, snapshot, results[0] if results else None)

@@ -14,6 +14,7 @@ import sys
 import time
 
 from nagent_cli import ALL_EXITS, early_exit, run_main
+from nagent_exit import exit_now
 
 PROG = "nagent"
 DESCRIPTION = "Main agent loop: run a prompt against the conversation file for this shell (nagent \"prompt\")."
@@ -140,9 +141,10 @@ def build_parser():
 
 def opens_session(options):
     """`nagent` with no prompt where a person types: stdin and stdout are terminals, the output
-    is text for them, and nothing else was asked for (--retry, a sub-agent's run)."""
+    is text for them, and nothing else was asked for (--retry, a sub-agent's run). `options`:
+    the nagent_invocation.Invocation."""
     from nagent_cli import output_mode
-    if options.get("prompt") or options.get("retry") or options.get("invocation") != "user":
+    if options.prompt or options.retry or options.invocation != "user":
         return False
     if output_mode(options) != "text":
         return False
@@ -154,12 +156,14 @@ def main(argv=None, started=None):
     if early_exit(argv, PROG, DESCRIPTION):
         return 0
     parser = build_parser()
-    options = vars(parser.parse_args(argv))
-    options["started"] = started  # the origin of the run's event times ("t"); None: the run's start
+    parsed = vars(parser.parse_args(argv))   # --help and usage errors end here
+    from nagent_invocation import Invocation
+    # `started`: the origin of the run's event times ("t"); None: the run's start.
+    options = Invocation.from_options(parsed, started)
     import os
     import nagent_commands
-    nagent_commands.select_conversation(options, os.environ)   # -c, --resume NAME
-    chosen = [name for name in LIFECYCLE if options.get(name) not in (None, False)]
+    options = nagent_commands.select_conversation(options, os.environ)   # -c, --resume NAME
+    chosen = [name for name in LIFECYCLE if options.given(name)]
     if chosen == ["resume"] and opens_session(options):   # list, pick one, open a session on it
         import nagent_interactive
         return nagent_interactive.start(options, LIFECYCLE, parser, pick=True)
@@ -178,8 +182,11 @@ def json_document(error):
 
 
 def run():
+    """main under the shared error convention; the process ends as soon as the answer is out
+    (nagent_exit.exit_now), without waiting for the interpreter's teardown."""
     started = time.monotonic()
-    return run_main(lambda argv: main(argv, started), json_document=json_document, events=True)
+    return exit_now(run_main(lambda argv: main(argv, started), json_document=json_document,
+                             events=True))
 
 
 if __name__ == "__main__":

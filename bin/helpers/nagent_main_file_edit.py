@@ -85,7 +85,8 @@ def main(argv=None):
         raise UsageError("--expect-sha256 goes with a replacement", args.expect_sha256,
                          "add --old/--new or --replace-file")
     import nagent_commands
-    options = dict(vars(args), file_edit=args.file, prompt=args.instruction)
+    from nagent_invocation import Invocation
+    options = Invocation.from_options(dict(vars(args), file_edit=args.file, prompt=args.instruction))
     if args.clear:
         if args.instruction:
             from nagent_errors import UsageError

@@ -2,12 +2,15 @@
 
 Data contract: as every nagent_main_* module: `DESCRIPTION`, `build_parser()`, `main(argv) ->
 exit code`, `run()` (main under nagent_cli.run_main) for the console script and the bin/ shim;
-`run_command(args)` does what the parsed command line asks.
+`run_command(args)` does what the parsed command line asks. Inside a run's shell action the
+run's live MCP sessions answer (nagent_mcp: the run's host checks the deny rules there).
 """
 import os
 import sys
 
 from nagent_cli import early_exit, run_main
+
+DEFAULT_TIMEOUT = 60.0   # seconds a server may take to answer (--timeout)
 
 PROG = "nagent-mcp"
 DESCRIPTION = ("Use MCP server tools: `nagent-mcp --list [SERVER]` shows tools and their arguments, "
@@ -24,7 +27,6 @@ EPILOG = ("Servers come from \"mcp_servers\" in ~/.nagent/config.json (the mcpSe
 
 def build_parser():
     from nagent_cli import argument_parser
-    from nagent_mcp import DEFAULT_TIMEOUT
     parser = argument_parser(prog=PROG, description=DESCRIPTION, epilog=EPILOG, examples=EXAMPLES,
                              exits=EXITS)
     parser.add_argument("words", nargs="*", metavar="call SERVER TOOL",
@@ -70,7 +72,9 @@ def run_command(args):
         raise UsageError("expected --list [SERVER] or call SERVER TOOL", " ".join(args.words),
                          "see nagent-mcp --help")
     _, server, tool = args.words
-    refuse_denied(server, tool)
+    from nagent_mcp_wire import CHANNEL_VAR
+    if not os.environ.get(CHANNEL_VAR):   # inside a run the run's host checks the rules it read
+        refuse_denied(server, tool)
     if args.args is not None:
         arguments = nagent_mcp.parse_arguments(args.args)
     elif not sys.stdin.isatty():

@@ -13,6 +13,10 @@ Data contract (inputs are `nagent_mcp_config.Resolved` servers; outputs are plai
 - A stdio server runs with `process_env(server, base_env)`, its stderr kept in a temp file
   (shown only when it fails) and in its own process group; on return, error, timeout, Ctrl-C,
   SIGTERM or SIGHUP the SDK closes its stdin, then SIGTERMs and SIGKILLs the group.
+- For a connection kept open (the run's live servers, nagent_mcp_pool): `transport_for(server,
+  base_env, watch)` is its SDK transport, `Watch(server)` what it saw (stage, stdout noise, the
+  stderr kept aside; `warning()`), `all_tools(client, watch)` its tool list, and
+  `translate(error, server, watch, timeout, stage)` the one NagentError for a failure.
 Errors: SetupError (command not found / not executable); McpServerError (exit 5: the server did
 not start, exited, timed out, could not be reached or broke the protocol); McpCallError (exit 1:
 the server rejected the tools/call). Messages name the server and the likely cause: text a
@@ -56,7 +60,7 @@ def require_sdk():
                          install_command(REQUIREMENT)) from None
 
 
-class _Watch:
+class Watch:
     """What one connection saw: its stage, stdout lines that were not JSON-RPC, stderr."""
 
     def __init__(self, server):
@@ -123,7 +127,7 @@ async def _http_transport(url, headers):
             yield streams
 
 
-def _transport(server, base_env, watch):
+def transport_for(server, base_env, watch):
     if server.spec.transport == "http":
         return _http_transport(server.url, server.headers)
     from mcp.client.stdio import StdioServerParameters, stdio_client
@@ -138,7 +142,7 @@ async def _connected(server, base_env, watch, timeout, work):
     from mcp import Client
     from mcp_types import Implementation
     with anyio.fail_after(timeout):
-        client = Client(_transport(server, base_env, watch), message_handler=watch.on_message, cache=None,
+        client = Client(transport_for(server, base_env, watch), message_handler=watch.on_message, cache=None,
                         client_info=Implementation(name="nagent-mcp", version="1"))
         async with client:
             watch.stage = "ready"
@@ -180,13 +184,15 @@ def _hints(watch):
     return "; ".join(hints)
 
 
-def translate(error, server, watch, timeout):
-    """The one NagentError that explains why talking to `server` failed."""
+def translate(error, server, watch, timeout, stage=None):
+    """The one NagentError that explains why talking to `server` failed (`stage`: what was
+    asked of it, when not `watch.stage`: a live server answers several callers at once)."""
     from mcp.shared.exceptions import MCPError
     cause = _cause(error)
     name = server.spec.name
     hints = _hints(watch)
     stdout_fix = STDOUT_FIX
+    stage = stage or watch.stage
 
     def detail(text):
         return _redact(f"{name}: {text}" + (f"; {hints}" if hints else ""), server.secrets)
@@ -195,12 +201,12 @@ def translate(error, server, watch, timeout):
         return cause
     if isinstance(cause, TimeoutError):
         return McpServerError("MCP server did not answer in time",
-                              detail(f"no answer within {timeout:g} s during {watch.stage}; it was stopped"),
+                              detail(f"no answer within {timeout:g} s during {stage}; it was stopped"),
                               stdout_fix if watch.noise_count else "raise --timeout if it needs longer")
-    if isinstance(cause, FileNotFoundError) and server.spec.transport == "stdio" and watch.stage == "start-up":
+    if isinstance(cause, FileNotFoundError) and server.spec.transport == "stdio" and stage == "start-up":
         return SetupError("MCP server command not found", _redact(f"{name}: {server.command}", server.secrets),
                           f"check mcp_servers.{name}.command and PATH")
-    if isinstance(cause, PermissionError) and server.spec.transport == "stdio" and watch.stage == "start-up":
+    if isinstance(cause, PermissionError) and server.spec.transport == "stdio" and stage == "start-up":
         return SetupError("MCP server command cannot be run", _redact(f"{name}: {server.command}", server.secrets),
                           f"check that mcp_servers.{name}.command is executable")
     if isinstance(cause, MCPError):
@@ -209,26 +215,26 @@ def translate(error, server, watch, timeout):
             gone = "exited" if server.spec.transport == "stdio" else "closed the connection"
             fix = stdout_fix if watch.noise_count else (
                 "run its command by hand to see why" if server.spec.transport == "stdio" else "")
-            return McpServerError(f"MCP server {gone}", detail(f"during {watch.stage}"), fix)
+            return McpServerError(f"MCP server {gone}", detail(f"during {stage}"), fix)
         message = f"{cause.message} (code {cause.code})"
-        if watch.stage.startswith("tools/call"):
-            return McpCallError("MCP server rejected the tool call", detail(f"{watch.stage}: {message}"))
+        if stage.startswith("tools/call"):
+            return McpCallError("MCP server rejected the tool call", detail(f"{stage}: {message}"))
         fix = "check the url (often it ends in /mcp)" if server.spec.transport == "http" else ""
-        return McpServerError("MCP server refused the request", detail(f"{watch.stage}: {message}"), fix)
+        return McpServerError("MCP server refused the request", detail(f"{stage}: {message}"), fix)
     module = type(cause).__module__ or ""
     if module.startswith("httpx2"):
         return McpServerError("cannot reach MCP server", detail(f"{display_url(server.url)}: {type(cause).__name__}: {cause}"),
                               "is the server running, and is the url right?")
     if module.startswith("pydantic"):
         first = str(cause).splitlines()[0] if str(cause) else type(cause).__name__
-        return McpServerError("MCP server sent an invalid reply", detail(f"during {watch.stage}: {first}"))
+        return McpServerError("MCP server sent an invalid reply", detail(f"during {stage}: {first}"))
     text = f"{type(cause).__name__}: {cause}" if str(cause) else type(cause).__name__
-    return McpServerError("MCP server failed", detail(f"during {watch.stage}: {text}"))
+    return McpServerError("MCP server failed", detail(f"during {stage}: {text}"))
 
 
 async def _guarded(server, base_env, timeout, work):
     """Run one connection; returns (value, None, warning) or (None, NagentError, "")."""
-    watch = _Watch(server)
+    watch = Watch(server)
     try:
         value = await _connected(server, base_env, watch, timeout, work)
         return value, None, watch.warning()
@@ -243,7 +249,7 @@ async def _guarded(server, base_env, timeout, work):
         watch.close()
 
 
-def _quiet_sdk_logging():
+def quiet_sdk_logging():
     # The SDK logs parse failures with tracebacks; nagent-mcp reports them as one line instead.
     import logging
     for name in ("mcp", "mcp_types", "httpx2", "httpcore2"):
@@ -259,7 +265,7 @@ def _run(coroutine_fn):
     import threading
 
     import anyio
-    _quiet_sdk_logging()
+    quiet_sdk_logging()
     outcome, stopped = [], []
 
     async def main():
@@ -281,7 +287,7 @@ def _run(coroutine_fn):
     return outcome[0]
 
 
-async def _all_tools(client, watch):
+async def all_tools(client, watch):
     tools, cursor = [], None
     for _ in range(LIST_PAGE_CAP):
         watch.stage = "tools/list"
@@ -299,7 +305,7 @@ def list_tools(servers, base_env, timeout):
     results = [None] * len(servers)
 
     async def one(index, server):
-        tools, error, warning = await _guarded(server, base_env, timeout, _all_tools)
+        tools, error, warning = await _guarded(server, base_env, timeout, all_tools)
         results[index] = {"name": server.spec.name, "tools": tools or [], "error": error, "warning": warning}
 
     async def main():

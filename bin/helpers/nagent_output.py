@@ -3,7 +3,10 @@ the terminal and the environment; and the --json documents.
 
 Data contract
 -------------
-* `choose_output(options, settings, stdout, stderr, environ) -> Output` (plain data): `events`
+* `choose_output(mode, settings, stdout, stderr, environ, *, quiet=False, verbose=False,
+  stream=None, started=None) -> Output` (plain data) for output mode `mode` ("text", "json" or
+  "events": nagent_cli.output_mode), -q, -v, --stream/--no-stream (None: neither) and the
+  origin of event times (None: the run's start): `events`
   (nagent_events.Events over the chosen sinks), `log` (ActionLog: provider, model, actions for
   --json), `display` and `printer` (or None), and `shown(text)`: the answer as stdout may print
   it (nagent_terminal_text.shown_on). The rules:
@@ -20,9 +23,10 @@ Data contract
   error outside the loop (usage, config, setup, busy ...): response null, exit_code, error
   {error, value, fix, kind, exit_code}, and provider, model and conversation when known.
 """
-from nagent_cli import output_mode, spinner_allowed
+from nagent_display import Display
 from nagent_events import ActionLog, Events, JsonLines
-from nagent_terminal_text import shown_on
+from nagent_stream import AnswerPrinter, stream_allowed
+from nagent_terminal_text import shown_on, spinner_allowed
 
 
 class Output:
@@ -48,21 +52,19 @@ def _isatty(stream):
         return False
 
 
-def choose_output(options, settings, stdout, stderr, environ):
-    mode = output_mode(options)
+def choose_output(mode, settings, stdout, stderr, environ, *, quiet=False, verbose=False,
+                  stream=None, started=None):
     sinks, display, printer = [], None, None
     on_terminal = _isatty(stderr)
-    if not options.get("quiet") and (on_terminal or options.get("verbose")):
-        from nagent_display import Display
+    if not quiet and (on_terminal or verbose):
         color = on_terminal and not environ.get("NO_COLOR") and environ.get("TERM") != "dumb"
         animate = on_terminal and spinner_allowed(environ)
         display = Display(stderr, color=color, animate=animate,
                           pause_in_actions=settings.shell.approval == "confirm",
                           cursor=on_terminal and environ.get("TERM") != "dumb", diffs=on_terminal)
         sinks.append(display)
-    wanted, terminal = options.get("stream"), _isatty(stdout)
+    wanted, terminal = stream, _isatty(stdout)
     if mode == "text" and (terminal if wanted is None else wanted):
-        from nagent_stream import AnswerPrinter, stream_allowed
         if stream_allowed(settings):
             def write(text):
                 stdout.write(shown_on(text, terminal))
@@ -70,12 +72,10 @@ def choose_output(options, settings, stdout, stderr, environ):
             printer = AnswerPrinter(write, display.note if display else None, display)
             sinks.append(printer)
     if mode == "events":
-        from nagent_stream import stream_allowed
         sinks.append(JsonLines(stdout, deltas=stream_allowed(settings)))
     log = ActionLog(settings.provider.name, settings.model)
     sinks.append(log)
-    return Output(mode, Events(sinks, origin=options.get("started")), log, display, printer,
-                  terminal)
+    return Output(mode, Events(sinks, origin=started), log, display, printer, terminal)
 
 
 def outcome_document(data, log):

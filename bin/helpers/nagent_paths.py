@@ -31,12 +31,13 @@ Data contract:
   one rule for every program nagent itself looks up by name (git) and for the PATH of a
   --description run; `find_program(name, path_value)` -> the first executable regular file
   `name` in those entries, or None.
+- `current_cwd()` -> the working directory, or InputError when it was deleted.
   Nothing here creates directories or touches the filesystem beyond resolving links and
   checking for an executable.
 """
 import os
 
-from nagent_errors import ConfigError
+from nagent_errors import ConfigError, InputError
 
 
 def within(path, root, inclusive=False):
@@ -121,3 +122,11 @@ def find_program(name, path_value):
         if part and os.path.isfile(candidate) and os.access(candidate, os.X_OK):
             return candidate
     return None
+
+
+def current_cwd():
+    try:
+        return os.getcwd()
+    except FileNotFoundError:
+        raise InputError("the current directory no longer exists", os.environ.get("PWD", "?"),
+                         "cd to an existing directory")

@@ -25,7 +25,8 @@ Data contract:
   replace and file-edit (path: the target; `real`: the file the action will use, when the
   caller pinned it, else path resolved here): path rules, and in plan mode a change outside the
   temp roots (or inside the project) is refused.
-- `mcp_refusal(settings, cwd, environ, server, tool)`: the deny line for an MCP tool, or None.
+- `mcp_refusal(settings, cwd, environ, server, tool)`: the deny line for an MCP tool, or None;
+  `mcp_deny_line(rules, server, tool)` the same over given rules (the run's MCP host).
 - `refusal(verdict, save_to)`: the text a refused action's result carries; for an "ask" with
   no terminal it says how to allow the command.
 """
@@ -102,6 +103,13 @@ def mcp_refusal(settings, cwd, environ, server, tool):
     script) is refused too."""
     project = find_project(cwd, environ)
     rules = tuple(settings.permissions) + load_project_rules(project.root if project else None)
+    return mcp_deny_line(rules, server, tool)
+
+
+def mcp_deny_line(rules, server, tool):
+    """The refusal line of the first of `rules` that denies MCP tool SERVER/TOOL, or None: the
+    one check of nagent-mcp (over the rules it reads) and of the run's MCP host (over the rules
+    the driver read when the session started)."""
     for rule in rules:
         if rule.decision == "deny" and match_mcp(rule, Word(server), Word(tool)) == YES:
             return rule_line(rule)

@@ -24,6 +24,9 @@ Data contract:
 - `end_process_trees(procs, grace, signals=(SIGTERM,))`: the same for several children at once
   (a batch of sub-agents), sharing each grace period; their output must go to files, not pipes
   (nothing drains them here). Returns when every child and every descendant it left is gone.
+- `die_with_parent(parent, signum=SIGTERM)`: this process gets `signum` when the thread that
+  started it ends (PR_SET_PDEATHSIG: also when the parent is killed with SIGKILL); False when
+  `parent` is no longer its parent (it died before the call) or the kernel refused.
 - /proc is read through nagent_pids (proc_stat, start_ticks).
 """
 import contextlib
@@ -71,6 +74,20 @@ def wait(proc, timeout):
     finally:
         os.close(fd)
     return proc.wait()
+
+
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(parent, signum=signal.SIGTERM):
+    try:
+        import ctypes   # only the few processes that need it pay for it
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(PR_SET_PDEATHSIG, int(signum), 0, 0, 0) != 0:
+            return False
+    except (OSError, AttributeError):
+        return False
+    return os.getppid() == parent   # set after the parent died: nothing would ever fire
 
 
 # -- process groups ---------------------------------------------------------------------

@@ -4,6 +4,9 @@ Data contract:
 - `git_marker_dir(directory)` -> the nearest directory at or above `directory` that holds a
   `.git` entry (a directory, or the `.git` file of a linked worktree or submodule), or None. A
   walk over the filesystem only: outside a repository no git process is ever started.
+- `search_marker(real) -> (marker, inside)`: git_marker_dir of the realpath `real`, and one
+  line when `real` lies inside that marker's `.git` directory (git's own files: never a
+  project, nor a tree nagent snapshots), else None.
 - `probe_project(cwd, environ, secret_names=None)` -> ProjectSearch(project, refused): the one
   validated project root every caller uses (context layers, skills, project tools, --trust,
   --config, and other concerns that need "the project").
@@ -75,6 +78,13 @@ def git_marker_dir(directory):
         if parent == current:
             return None
         current = parent
+
+
+def search_marker(real):
+    marker = git_marker_dir(real)
+    if marker is not None and within(real, os.path.join(marker, ".git"), inclusive=True):
+        return marker, f"{real} is inside the repository directory {marker}/.git"
+    return marker, None
 
 
 def git_environ(environ, secret_names=None, ceiling=None):
@@ -163,8 +173,8 @@ def root_problem(marker, top, home):
 def probe_project(cwd, environ=None, secret_names=None):
     environ = os.environ if environ is None else environ
     real = os.path.realpath(cwd)
-    marker = git_marker_dir(real)
-    if marker is None or within(real, os.path.join(marker, ".git"), inclusive=True):
+    marker, inside = search_marker(real)
+    if marker is None or inside:
         return ProjectSearch(None, None)
     home = _home(environ)
     problem = root_problem(marker, marker, home)

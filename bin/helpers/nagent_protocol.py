@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from nagent_protocol_blocks import ATTR_NAME as _ATTR_NAME
 from nagent_protocol_blocks import (STOP_SEQUENCES, correction_text, escape_attr,  # noqa: F401
                                     result_block, stop_block, unescape_attr)
+from nagent_protocol_grammar import GRAMMAR
 from nagent_protocol_text import (FENCE_OPEN, clean_user_output, drop_leading_newline,  # noqa: F401
                                   drop_trailing_newline, kept_reply, trim_partial_tag)
 from nagent_replace import parse_pairs
@@ -478,5 +479,4 @@ def parse_response(text, stopped_at=None):
 
 def grammar_text():
     """The tag grammar and rules as the model reads them in the initial context."""
-    from nagent_protocol_grammar import GRAMMAR
     return GRAMMAR

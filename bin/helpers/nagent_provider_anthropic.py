@@ -1,16 +1,20 @@
 """Anthropic adapter (Messages API).
 
 Data contract: as every adapter — `make_client`, `call` → dict, `stream` → dict (Messages
-stream events: text deltas to on_text; usage from message_start, updated by message_delta),
+stream events, read as JSON from the raw stream (nagent_llm.sse_events): text deltas to
+on_text; usage from message_start, updated by message_delta),
 `classify`, `list_models`.
 Request parts become separate text blocks; `request.cache_breakpoints` (message index, part
 index) get `cache_control: {"type": "ephemeral"}` (at most 4, the API's limit). Anthropic
 reports input_tokens WITHOUT cached tokens, so input = input + cache read + cache creation.
 """
 import base64
+import json
 
-from nagent_llm import (base_url_for, is_malformed, malformed_error, network_error, read_reply,
-                        require_package, status_error, stream_cut, transport_problem)
+from nagent_llm import (MalformedResponse, base_url_for, is_malformed, malformed_error,
+                        network_error, read_reply, require_package, sse_events, status_error,
+                        stream_cut, transport_problem)
+from nagent_upload import read_text_attachment, unsupported
 
 MAX_BREAKPOINTS = 4
 
@@ -24,7 +28,6 @@ def make_client(settings, key):
 
 
 def attachment_blocks(attachments):
-    from nagent_upload import read_text_attachment, unsupported
     blocks = []
     for item in attachments:
         if item.category == "text":
@@ -82,24 +85,45 @@ USAGE_FIELDS = ("input_tokens", "output_tokens", "cache_read_input_tokens",
 
 def stream(client, request, settings, on_text):
     texts, usage, model, stop, done, seen = [], {}, None, (None, None), False, 0
-    with client.messages.create(stream=True, **_options(request, settings)) as events:
-        for event in events:
+    # Read as JSON (nagent_llm.sse_events); the request, its retries and errors stay the SDK's.
+    response = client.messages.with_raw_response.create(
+        stream=True, **_options(request, settings)).http_response
+    try:
+        for name, data in sse_events(response.iter_lines()):
+            if name in (None, "ping"):
+                continue
+            if name == "error":   # raised as the SDK's stream raises it
+                try:
+                    body = json.loads(data)
+                    message = f"{body}"
+                except ValueError:
+                    body, message = data, data or f"Error code: {response.status_code}"
+                raise client._make_status_error(message, body=body, response=response)
+            if not data:
+                continue
+            event = json.loads(data)
+            if not isinstance(event, dict):
+                raise MalformedResponse(f"stream event is not an object: {data[:80]}")
             seen += 1
-            kind = getattr(event, "type", None)
+            kind = event.get("type")
             if kind == "content_block_delta":
-                text = getattr(event.delta, "text", None)
-                if getattr(event.delta, "type", None) == "text_delta" and text:
+                delta = event.get("delta") or {}
+                text = delta.get("text")
+                if delta.get("type") == "text_delta" and text:
                     texts.append(text)
                     on_text(text)
             elif kind == "message_start":
-                model = getattr(event.message, "model", None)
-                _take_usage(usage, getattr(event.message, "usage", None))
+                message = event.get("message") or {}
+                model = message.get("model")
+                _take_usage(usage, message.get("usage"))
             elif kind == "message_delta":
-                stop = (getattr(event.delta, "stop_reason", None),
-                        getattr(event.delta, "stop_sequence", None))
-                _take_usage(usage, getattr(event, "usage", None))
+                delta = event.get("delta") or {}
+                stop = (delta.get("stop_reason"), delta.get("stop_sequence"))
+                _take_usage(usage, event.get("usage"))
             elif kind == "message_stop":
                 done = True
+    finally:
+        response.close()
     if not done:
         raise stream_cut(settings.provider.name, seen)
     return read_reply(_fields, ("".join(texts), model, usage, stop[0], stop[1]))
@@ -108,7 +132,7 @@ def stream(client, request, settings, on_text):
 def _take_usage(usage, reported):
     """message_delta usage is cumulative: a field it reports replaces message_start's."""
     for name in USAGE_FIELDS:
-        value = getattr(reported, name, None)
+        value = reported.get(name) if isinstance(reported, dict) else None
         if value is not None:
             usage[name] = value
 

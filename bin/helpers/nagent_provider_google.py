@@ -10,6 +10,7 @@ collected and closes its connection mid-call (measured, see design notes).
 """
 from nagent_llm import (base_url_for, is_malformed, malformed_error, read_reply, require_package,
                         status_error, stream_cut, transport_problem)
+from nagent_upload import read_text_attachment, unsupported
 
 INLINE_LIMIT = 20 * 1024 * 1024   # larger uploads go through the Files API
 
@@ -26,7 +27,6 @@ def make_client(settings, key):
 
 def attachment_parts(client, attachments):
     from google.genai import types
-    from nagent_upload import read_text_attachment, unsupported
     parts = []
     for item in attachments:
         if item.category == "text":

@@ -8,11 +8,11 @@ checks are nagent_project_conversations'):
   used last.
 - `resume_name(name, environ)` -> NAME for `--resume NAME`: a valid name of an existing
   conversation (UsageError, InputError otherwise).
-- `listing(options, settings)` -> (data, text) for `--resume` without a name, like a lifecycle
+- `listing(settings)` -> (data, text) for `--resume` without a name, like a lifecycle
   command: data {"root", "conversations": [{"name", "path", "used" (ISO time), "started",
   "first_prompt", "turns", "model_calls", "cost_usd"}]}, most recently used first, at most
   LIST_LIMIT; text a numbered table (or one line saying there are none).
-- `choose(options, settings, ask, out)` -> NAME or None: the listing written to `out`, then
+- `choose(settings, ask, out)` -> NAME or None: the listing written to `out`, then
   `ask(question)` (one line) picks a row by number (Enter: the first); None when there is none
   or the answer is empty after "q". A bad answer is a UsageError.
 - `hint_line(path, environ, cwd, now)` -> "continuing? nagent -c ..." when another conversation
@@ -24,11 +24,11 @@ import os
 import time
 
 import nagent_project_conversations as projects
-from nagent_cli import current_cwd
 from nagent_conversation_layout import conversation_path, validate_name
 from nagent_conversation_lifecycle import HEAD_BYTES, first_prompt
 from nagent_conversation_tail import read_tail_summary
 from nagent_errors import InputError, UsageError
+from nagent_paths import current_cwd
 from nagent_project import find_project
 from nagent_terminal_text import one_line
 
@@ -108,7 +108,7 @@ def _text(root, rows, now):
     return "\n".join(lines)
 
 
-def listing(options, settings):
+def listing(settings):
     environ = dict(settings.environ) if settings.environ else dict(os.environ)
     root, rows = _rows(environ, current_cwd())
     text = _text(root, rows, time.time())
@@ -116,8 +116,8 @@ def listing(options, settings):
                                              if key != "_used"} for item in rows]}, text
 
 
-def choose(options, settings, ask, out):
-    data, text = listing(options, settings)
+def choose(settings, ask, out):
+    data, text = listing(settings)
     out.write(text + "\n")
     out.flush()
     names = [item["name"] for item in data["conversations"]]

@@ -13,7 +13,7 @@ nagent_stats_format's); a call that raised is counted with `count_spent(error, p
 count the calls of nested nagents, which the actions fold in. `caps` is the run tree's budget
 (nagent_budget; the session's): no call starts past it (`call_started` raises BudgetError);
 `action_context(children)` hands actions what is left of it (each of `children` nested nagents an
-equal share, shell commands a deadline). `events` (nagent_events.Events;
+equal share, shell commands a deadline) and the run's MCP channel (`mcp`, nagent_mcp_channel). `events` (nagent_events.Events;
 quiet by default) receives what the run reports as it goes, through `emit`; `DeltaRedactor` passes
 streamed text on with the session's secrets blanked, holding back a tail that may be the start of
 one.
@@ -26,10 +26,10 @@ from dataclasses import replace
 import nagent_llm
 from nagent_accounting import TokenStats, add_result, call_cost
 from nagent_budget import Caps, encode, left, over, report, share
-from nagent_cli import redact
 from nagent_conversation_tail import last_stats, window_chain
 from nagent_events import Events
 from nagent_run_records import is_user_prompt
+from nagent_secrets import redact
 from nagent_stats_format import encode_stats
 
 USAGE_FIELDS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens",
@@ -66,6 +66,7 @@ class Run:
         self.snapshots = None  # nagent_run_snapshots.RunSnapshots, from the first model call
         self.turn_id = ""      # the turn's id, on its prompt record (snapshots use it)
         self.caps = getattr(session, "budget", None) or Caps()   # nagent_budget, the run tree's
+        self.mcp = None        # the run's MCP channel (nagent_mcp_channel), set by the loop
         self.started = time.monotonic()
 
     def elapsed(self):
@@ -78,6 +79,8 @@ class Run:
         """The session's action context with what is left of the budget: each of `children`
         child processes gets an equal share, shell commands end by the time cap."""
         ctx = self.session.action_context
+        if self.mcp is not None:
+            ctx = replace(ctx, mcp=self.mcp)
         if not self.caps.any:
             return ctx
         remaining = left(self.caps, self.run_stats, self.elapsed())

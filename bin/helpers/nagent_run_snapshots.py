@@ -18,6 +18,15 @@ module then: neither it nor a snapshot delays the first request); a no-op when
   end. The changes while an action is open are its own; those while no action of any run is
   open were made by someone else (the user while the model thinks, or between turns). Closing
   each action before the model is asked again keeps parallel agents' actions apart.
+- `close_now(entry_id) -> (changes, more)`: a shell action's snapshot is closed at once, not
+  later: the files it changed are known from the two snapshots' trees in the store (no second
+  scan) and shown like an edit tag's: `changes` the nagent_file_change.FileChange of up to
+  SHOWN_FILES changed files (regular files and links: added, modified, deleted, in path order),
+  `more` how many others changed. ((), 0) when snapshots are off or the action opened none. A
+  file over snapshots.max_file_bytes is not in the trees and not shown; a change someone else
+  made in the project while the action ran (the user, a parallel agent) is in the same
+  interval and is shown with it, as --changes attributes it. `after_action` then only records
+  the result's seq.
 - `end_turn()` closes what is still open ("after", or "end" for an action a Ctrl-C or an error
   cut short), then keeps the store bounded (nagent_snapshot_retention.maintain: prune daily,
   git gc when due).
@@ -37,10 +46,35 @@ import nagent_snapshot_retention as retention
 import nagent_snapshot_store as store_lib
 import nagent_snapshots as snapshots
 from nagent_errors import NagentError
+from nagent_file_change import between
 from nagent_paths import within
+from nagent_shadow_git import parse_raw_diff
 
 CHANGING_KINDS = frozenset({"shell", "write", "file-patch", "replace", "file-edit", "agent"})
 LOCK_WAIT = 30.0
+SHOWN_FILES = 200
+SHOWN_MODES = ("100644", "100755", "120000")
+NO_OBJECT = "0" * 40
+
+
+def tree_changes(store, root, cwd, tree_a, tree_b):
+    """([FileChange], more) between two trees of the store (see `close_now`)."""
+    if tree_a == tree_b:
+        return [], 0
+    listed = [entry for entry in parse_raw_diff(store.git.run(
+        "diff-tree", "-r", "-z", "--no-renames", tree_a, tree_b))
+        if entry.old_mode in SHOWN_MODES or entry.new_mode in SHOWN_MODES]
+    shown = sorted(listed, key=lambda entry: entry.path)[:SHOWN_FILES]
+    shas = [sha for entry in shown for sha in (entry.old_sha, entry.new_sha) if sha != NO_OBJECT]
+    blobs = rewind.read_blobs(store, shas)
+    changes = []
+    for entry in shown:
+        before = None if entry.old_sha == NO_OBJECT else blobs.get(entry.old_sha, b"")
+        after = None if entry.new_sha == NO_OBJECT else blobs.get(entry.new_sha, b"")
+        change = between(os.path.join(root, entry.path), before, after, cwd)
+        if change is not None:
+            changes.append(change)
+    return changes, len(listed) - len(shown)
 
 
 class RunSnapshots:
@@ -52,6 +86,9 @@ class RunSnapshots:
         self.scope = self.store = self.thread = None
         self.turn_id, self.turn, self.started, self.open = turn_id, turn, False, False
         self.ended = None        # (entry id, result seq) of an ended action not yet closed
+        self.opened = None       # the journal entry of the open action
+        self.amends = []         # result seqs of actions closed before their result was known
+        self.found = ([], 0)     # what `close_now` found, from under the store's lock
         self.off = None          # why snapshots stopped for this run
         self.outbox = []         # (kind, fields) to emit on the run's thread
 
@@ -65,7 +102,7 @@ class RunSnapshots:
             return
         self.store = store_lib.open_store(self.scope.root, environ, keys)
 
-    def _take(self, phase, kind="", summary="", maintain=False, amend=None):
+    def _take(self, phase, kind="", summary="", maintain=False, amend=None, since=None):
         meta = {"conv": self.session.path, "turn_id": self.turn_id, "turn": self.turn,
                 "phase": phase, "kind": kind, "summary": summary}
         try:
@@ -74,11 +111,15 @@ class RunSnapshots:
                 if self.store is None:
                     return None
             with store_lib.locked(self.store, LOCK_WAIT):
-                if amend:
-                    store_lib.append_journal(self.store, amend)
+                for line in ([amend] if amend else []) + self.amends:
+                    store_lib.append_journal(self.store, line)
+                self.amends = []
                 finished = rewind.finish_pending(self.store, self.scope, self.limits)
                 entry = None if phase is None else \
                     snapshots.take_snapshot(self.store, self.scope, self.limits, meta)
+                if since is not None and entry is not None:
+                    self.found = tree_changes(self.store, self.scope.root, self.cwd,
+                                              since["tree"], entry["tree"])
                 if maintain:
                     retention.maintain(self.store, self.limits, time.time())
         except (NagentError, OSError) as error:
@@ -87,6 +128,7 @@ class RunSnapshots:
             self.store = None
             return None
         self.open = phase == "action"
+        self.opened = entry if self.open else None
         if finished:
             self.outbox.append(("note", {"text": "finished a rewind a killed nagent left: "
                                                  + rewind.summary_line(finished)}))
@@ -161,11 +203,26 @@ class RunSnapshots:
             return False
         return within(real, self.scope.root)
 
+    def close_now(self, entry_id):
+        opened = self.opened
+        if entry_id is None or self.store is None or opened is None or opened["id"] != entry_id:
+            return (), 0
+        self.ended, self.found = None, ([], 0)
+        self._take("after", since=opened)
+        self._flush()
+        changes, more = self.found
+        self.found = ([], 0)
+        return tuple(changes), more
+
     def after_action(self, entry_id, seq):
         """The action that `before_action` opened (entry `entry_id`) ended; its result is
         record `seq` (None: it has none)."""
-        if entry_id is not None and self.store is not None:
+        if entry_id is None or self.store is None:
+            return
+        if self.opened is not None and self.opened["id"] == entry_id:
             self.ended = (entry_id, seq)
+        elif seq is not None:      # closed already (close_now): the seq goes with the next lock
+            self.amends.append({"id": entry_id, "seq": seq})
 
     def end_turn(self):
         """Close what is still open, and keep the store bounded."""

@@ -33,7 +33,9 @@ Data contract:
   not exist in a writable directory (it could be created), or a writable root inside (or equal
   to) a protected path. bwrap itself is looked up only in PATH directories no sandboxed
   command can write.
-- `bwrap_command(script, cwd, policy, environ)` -> argv: bwrap with every namespace unshared
+- `plan(..., sockets)` / `bwrap_command(..., sockets)`: Unix sockets bound into the sandbox
+  read-only (connect needs no write access): the run's MCP channel, which lives in the state dir.
+- `bwrap_command(script, cwd, policy, environ, sockets=())` -> argv: bwrap with every namespace unshared
   (user, pid, ipc, uts, cgroup, and net unless `policy.sandbox_network`), nested user
   namespaces disabled, every capability dropped (also as root), a new session, death with its
   parent, a private /proc and /dev, `/` read-only, then `plan()`'s mounts; runs /bin/bash
@@ -216,7 +218,7 @@ def _walk(path, kind, steps, writable, pins):
             pins.add(entry)
 
 
-def plan(cwd, policy, environ, script=None):
+def plan(cwd, policy, environ, script=None, sockets=()):
     roots = writable_roots(cwd, policy, environ)
     protected = _protected(environ)
     state = protected[0][3]
@@ -248,12 +250,16 @@ def plan(cwd, policy, environ, script=None):
             ops.append(("ro-bind", os.path.realpath(bin_dir), bin_dir))
         if script and within(os.path.realpath(script), state):
             ops.append(("ro-bind", script, script))
+    # The run's MCP channel: the one socket of nagent's the sandbox reaches (nagent_mcp_channel
+    # vets each caller and answers only `nagent-mcp` requests).
+    ops += [("ro-bind", sock, sock) for sock in sockets]
     ops += [("ro-bind", "/dev/null", real) if os.path.isfile(real) else ("tmpfs", None, real)
             for real in configs]
     ops += [("ro-bind", real, real) for real in read_only]
     if not policy.sandbox_network:
         ops += [("tmpfs", None, directory) for directory in socket_dirs(environ)]
-        ops += [("ro-bind", "/dev/null", sock) for sock in host_sockets(environ, state)]
+        ops += [("ro-bind", "/dev/null", sock) for sock in host_sockets(environ, state)
+                if sock not in sockets]
     # Parents before children: a later mount lands on top of an earlier one.
     ordered = sorted(set(ops), key=lambda op: (op[2].count("/"), _ORDER[op[0]], op[2]))
     return Plan(root_writable="/" in roots, roots=roots, mounts=tuple(ordered),
@@ -335,9 +341,9 @@ def shell_path():
     return "/bin/bash" if os.access("/bin/bash", os.X_OK) else "/bin/sh"
 
 
-def bwrap_command(script, cwd, policy, environ):
+def bwrap_command(script, cwd, policy, environ, sockets=()):
     cwd = os.path.realpath(cwd)
-    layout = plan(cwd, policy, environ, script)
+    layout = plan(cwd, policy, environ, script, sockets)
     bwrap = bwrap_path(environ, layout.roots)
     argv = [bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--cap-drop", "ALL",
             "--new-session", "--die-with-parent"]

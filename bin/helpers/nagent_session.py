@@ -1,10 +1,12 @@
 """Everything one `nagent` invocation needs, resolved once from flags, config and environment.
 
-Data contract: `build_session(options, environ, cwd, settings=None) -> Session` where
-`options` is a plain dict of the command-line values (conversation, pid, file_edit, invocation,
-parent_conversation, depth, and the setting flags: provider, model, max_calls, shell_timeout ...)
-and `settings` the command's resolved nagent_config.Settings (resolved from the options' setting
-flags when None).
+Data contract: `build_session(selection, environ, cwd, settings=None, needs_model=True, *,
+invocation="user", parent_conversation=None, depth=0, budget=None) -> Session` where
+`selection` is the nagent_conversation_layout.Selection of the command line (conversation,
+pid, file_edit), `settings` the command's resolved nagent_config.Settings (the config's alone,
+no flags, when None), and the keywords say who started the run: "user" or "delegated" (a
+parent nagent), the parent's conversation, the sub-agent depth and what is left of the parent
+run's budget (`--budget`). No command-line dict comes here (nagent_invocation).
 `Session` is frozen plain data: conversation path, settings, limits, write mode, the action
 context (built on first use from `make_action_context`: the action handlers and the file tools
 they import are not needed before the first reply asks for an action, and importing them costs
@@ -29,7 +31,8 @@ from functools import cache, cached_property, partial
 from typing import Callable
 
 from nagent_budget import caps_for
-from nagent_config import api_key_for, resolve_settings
+from nagent_config import api_key_for
+from nagent_config_checks import resolve_checked
 import nagent_conversation_layout as layout
 from nagent_fs import regular_file_stat
 from nagent_paths import absolute_path_value
@@ -63,6 +66,13 @@ class Session:
     @cached_property
     def action_context(self):
         return self.make_action_context()
+
+    @cached_property
+    def actions(self):
+        """nagent_actions (process_action, process_agents), imported once a reply asks for an
+        action: the handlers and the file tools they import cost time before the first request."""
+        import nagent_actions
+        return nagent_actions
 
 
 def shell_policy(settings, read_only=()):
@@ -108,29 +118,30 @@ def plan_sandbox(settings, cwd, environ):
     return tuple(sorted(trees))
 
 
-def check_conversation(options, environ):
-    """The conversation id for `options`, after checking, without writing anything, what selects
-    the conversation: a bad --pid or --conversation name is a UsageError, a missing --file-edit
-    target an InputError. Callers run this before key and SDK checks and before any write."""
-    pid = layout.selected_pid(options, environ)
-    if options.get("file_edit"):
-        regular_file_stat(options["file_edit"], ("is a directory", "give a file"))
-    elif options.get("conversation"):
-        layout.given_name(options["conversation"], environ)
+def check_conversation(selection, environ):
+    """The conversation id for `selection`, after checking, without writing anything, what
+    selects the conversation: a bad --pid or --conversation name is a UsageError, a missing
+    --file-edit target an InputError. Callers run this before key and SDK checks and before any
+    write."""
+    pid = layout.selected_pid(selection.pid, environ)
+    if selection.file_edit:
+        regular_file_stat(selection.file_edit, ("is a directory", "give a file"))
+    elif selection.conversation:
+        layout.given_name(selection.conversation, environ)
     return pid
 
 
-def resolve_conversation(options, environ):
-    """(conversation path, write mode, file-edit record or None, pid) for these options. A
+def resolve_conversation(selection, environ):
+    """(conversation path, write mode, file-edit record or None, pid) for this selection. A
     --file-edit target gets its record in the per-shell index here (that writes the index)."""
-    pid = check_conversation(options, environ)
-    if options.get("file_edit"):
+    pid = check_conversation(selection, environ)
+    if selection.file_edit:
         import nagent_file_edit_lib as file_edit
-        record = file_edit.resolve_file_edit(options["file_edit"], pid, environ)
+        record = file_edit.resolve_file_edit(selection.file_edit, pid, environ)
         target = os.path.realpath(record["path"])
         mode = WriteMode(kind="file-edit", target=target, target_id=record["file_id"])
         return layout.conversation_path(record["conversation"], environ), mode, record, pid
-    return layout.selected_conversation(options, environ)[0], WriteMode(), None, pid
+    return layout.selected_conversation(selection, environ)[0], WriteMode(), None, pid
 
 
 def require_sdk(row):
@@ -189,18 +200,18 @@ def shell_environ(environ):
     return env
 
 
-def build_session(options, environ, cwd, settings=None, needs_model=True):
-    """The session for `options`. `settings` is the command's resolved Settings (resolved here
-    from the options' flags when None). `needs_model` False (a replace that calls no model)
-    checks neither the key nor the SDK, and prepares no sandbox (it runs no shell)."""
-    from nagent_cli import provider_overrides
+def build_session(selection, environ, cwd, settings=None, needs_model=True, *, invocation="user",
+                  parent_conversation=None, depth=0, budget=None):
+    """The session for `selection`. `settings` is the command's resolved Settings (the config's,
+    without flags, when None). `needs_model` False (a replace that calls no model) checks
+    neither the key nor the SDK, and prepares no sandbox (it runs no shell)."""
     # Checks first, cheapest and most specific first, and nothing written until all pass:
     # names and files, then settings, then the key and the SDK.
-    check_conversation(options, environ)
+    check_conversation(selection, environ)
     if settings is None:
-        settings = resolve_settings(provider_overrides(options), environ)
+        settings = resolve_checked({}, environ)
     # A cost cap on a model without a price is refused here, before anything runs.
-    budget = caps_for(settings, options.get("budget")) if needs_model else None
+    caps = caps_for(settings, budget) if needs_model else None
     if needs_model:
         api_key_for(settings)
         require_sdk(settings.provider)
@@ -214,9 +225,9 @@ def build_session(options, environ, cwd, settings=None, needs_model=True):
         # A sandbox that cannot start (exit 4) or cannot protect nagent's own files (exit 10)
         # stops the run here, before any model call, rather than failing every shell action.
         warnings = nagent_sandbox.prepare(policy(), cwd, run_environ)
-    path, mode, record, pid = resolve_conversation(options, environ)
+    path, mode, record, pid = resolve_conversation(selection, environ)
     side_dir = layout.side_dir(path)
-    depth = int(options.get("depth") or 0)
+    depth = int(depth or 0)
     rows = settings.providers.values()
     secrets = secret_values(rows, environ)   # every key nagent knows: never written anywhere
     # Before any model call: a project's .nagent/permissions that cannot be read stops the run.
@@ -232,7 +243,7 @@ def build_session(options, environ, cwd, settings=None, needs_model=True):
             cwd=cwd, environ=run_environ, write_mode=mode, conversation=path, side_dir=side_dir,
             shell_policy=policy(), settings=settings, pid=pid, depth=depth,
             max_depth=settings.agents.max_depth, agent_timeout=settings.agents.timeout,
-            max_parallel=settings.agents.max_parallel,
+            max_parallel=settings.agents.max_parallel, warm_children=settings.agents.warm,
             file_tool_timeout=settings.file_tools.timeout,
             file_tool_memory=settings.file_tools.memory_mb << 20,
             secret_names=key_names(rows), secrets=secrets,
@@ -255,9 +266,9 @@ def build_session(options, environ, cwd, settings=None, needs_model=True):
             options=settings.context, shell=shell, secret_names=key_names(rows),
             sandbox=settings.shell.sandbox)
 
-    meta = {"invocation": options.get("invocation") or "user"}
-    if options.get("parent_conversation"):
-        meta["parent_conversation"] = options["parent_conversation"]
+    meta = {"invocation": invocation or "user"}
+    if parent_conversation:
+        meta["parent_conversation"] = parent_conversation
     if record:
         meta["file_edit"] = {"file_id": record["file_id"], "path": record["path"]}
     return Session(
@@ -265,6 +276,6 @@ def build_session(options, environ, cwd, settings=None, needs_model=True):
         make_action_context=make_action_context, initial_context=initial_context, meta=meta,
         cache_key="nagent-" + hashlib.sha256(os.path.basename(path).encode()).hexdigest()[:24],
         secrets=secrets, pid=pid, file_edit=record, warnings=warnings, depth=depth,
-        environ=environ, cwd=cwd, key_names=key_names(rows), budget=budget,
+        environ=environ, cwd=cwd, key_names=key_names(rows), budget=caps,
         mode=settings.mode,
     )

@@ -7,7 +7,7 @@ Data contract:
   variable names the sandbox passes in (`env`), and trees the sandbox binds read-only
   (`read_only`: plan mode's project).
 - `run_shell(command, cwd, policy, side_dir, environ=None, confirm=None, secret_names=(),
-  secrets=(), gate=None)` -> ShellOutcome. `gate(command) -> refusal | None` (the permission
+  secrets=(), gate=None, mcp=None)` -> ShellOutcome. `gate(command) -> refusal | None` (the permission
   rules and the user's answer: nagent_permission_gate.shell_gate), when given, replaces the
   plain approval question; approval deny still refuses first. Every value in `secrets` is
   replaced by "[redacted]" in both
@@ -18,7 +18,10 @@ Data contract:
   nagent_secrets.scrubbed_env (everything but keys and NAGENT_* internals); sandboxed, only the
   allowlist of nagent_sandbox.sandbox_env, inside nagent_sandbox.bwrap_command; both plus
   nagent_secrets.SHELL_ACTION_VAR=1 and nagent_project.with_git_safety (git never discovers a
-  bare repository the project carries: plan mode runs read-only git unsandboxed).
+  bare repository the project carries: plan mode runs read-only git unsandboxed) and, with `mcp`
+  (the run's nagent_mcp_channel.Channel), its variable (nagent_mcp_wire.CHANNEL_VAR): the
+  command's process is registered with the channel while it runs (only its processes may
+  connect), and the sandbox binds the channel's socket.
   Approval (confirm) asks through nagent_approval.ask_on_tty.
   Streams go to temp files in `side_dir`; a stream larger than the cap (or binary) is kept
   whole as `shell-{stamp}-{n}.stdout|.stderr` there and only head + tail are returned.
@@ -257,7 +260,7 @@ def _write_script(side_dir, command):
 
 
 def run_shell(command, cwd, policy, side_dir, environ=None, confirm=None, secret_names=(),
-              secrets=(), gate=None):
+              secrets=(), gate=None, mcp=None):
     check_policy(policy)
     environ = dict(os.environ if environ is None else environ)
     cwd = os.path.abspath(cwd)
@@ -269,14 +272,16 @@ def run_shell(command, cwd, policy, side_dir, environ=None, confirm=None, secret
     script = _write_script(side_dir, command)
     paths = []
     try:
+        sandboxed = policy.sandbox == "bwrap"
+        env = with_git_safety(sandbox_env(environ, policy, secret_names) if sandboxed
+                              else scrubbed_env(environ, secret_names))
+        # The run's MCP servers start with what the run's shell commands get (the first action's).
+        channel = mcp.variables(env) if mcp is not None else {}
         # The sandbox is planned before the user is asked: one it refuses asks nothing.
-        if policy.sandbox == "bwrap":
-            argv = bwrap_command(script, cwd, policy, environ)
-            env = sandbox_env(environ, policy, secret_names)
-        else:
-            argv, env = [shell_path(), script], scrubbed_env(environ, secret_names)
+        argv = bwrap_command(script, cwd, policy, environ, mcp.sockets() if channel else ()) \
+            if sandboxed else [shell_path(), script]
         env[SHELL_ACTION_VAR] = "1"   # nagent and nagent-file-edit in here name the tag instead
-        env = with_git_safety(env)
+        env.update(channel)           # after the scrub and the allowlist: the run's own channel
         reason = _refusal(command, policy, confirm, gate)
         if reason:
             return _refused_outcome(reason, policy)
@@ -291,6 +296,8 @@ def run_shell(command, cwd, policy, side_dir, environ=None, confirm=None, secret
         finally:
             for fd in fds:
                 os.close(fd)
+        if channel:
+            mcp.track(proc.pid)
         timed_out = False
         try:
             wait(proc, policy.timeout)
@@ -298,6 +305,8 @@ def run_shell(command, cwd, policy, side_dir, environ=None, confirm=None, secret
             timed_out = True
         finally:
             end_group(proc, KILL_GRACE)
+            if channel:
+                mcp.untrack(proc.pid)
         seconds = time.monotonic() - started
         out_final, err_final = _side_names(side_dir)
         out_text, out_size, out_file, out_lost = _collect(paths[0], policy.output_cap, out_final,

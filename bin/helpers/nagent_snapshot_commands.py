@@ -53,7 +53,7 @@ def _project(settings):
 
 
 def _conversation(options, environ):
-    path = lifecycle.selected_conversation(options, environ)[0]
+    path = lifecycle.selected_conversation(options.selection, environ)[0]
     if not os.path.isfile(path):
         raise InputError("no conversation", path, "run a prompt first")
     return path
@@ -169,17 +169,17 @@ def changes(options, settings):
             _finished_note(finished, path, writer)
     owner = owner_of(path, read_records(path))
     found = units(entries, owner)
-    if options.get("turn") is not None:
-        found = [unit for unit in found if unit.kind == "turn" and unit.number == options["turn"]]
+    if options.turn is not None:
+        found = [unit for unit in found if unit.kind == "turn" and unit.number == options.turn]
         if not found:
-            raise _no_turn(options["turn"], owner)
-    elif options.get("last"):
+            raise _no_turn(options.turn, owner)
+    elif options.last:
         found = found[-1:]
     opened = open_at(entries)
-    reports = [_unit_report(store, entries, opened, unit, owner, bool(options.get("diff")))
+    reports = [_unit_report(store, entries, opened, unit, owner, bool(options.diff))
                for unit in found]
     data = {"conversation": path, "project": scope.root, "store": store.path, "units": reports}
-    text = "\n\n".join(_unit_text(report, bool(options.get("diff"))) for report in reports)
+    text = "\n\n".join(_unit_text(report, bool(options.diff)) for report in reports)
     if finished:
         text = "finished a rewind a killed nagent left: " + summary_line(finished) + "\n" + text
     secrets = _secrets(settings)
@@ -198,14 +198,14 @@ def _no_turn(turn, owner):
 # -- --rewind ---------------------------------------------------------------------------
 def _target(entries, owner, options):
     """(index of the snapshot to go back to, label, turn number or None)."""
-    if options.get("turn") is not None:
-        turn = options["turn"]
+    if options.turn is not None:
+        turn = options.turn
         for unit in units(entries, owner):
             if unit.kind == "turn" and unit.number == turn:
                 return unit.first, unit.label, turn
         raise _no_turn(turn, owner)
-    if options.get("action") is not None:
-        seq = options["action"]
+    if options.action is not None:
+        seq = options.action
         for index, entry in enumerate(entries):
             if entry.get("seq") == seq and entry.get("phase") == "action" and owns(owner, entry):
                 turn = owner.tokens.index(entry["turn_id"]) + 1
@@ -225,7 +225,7 @@ def _target(entries, owner, options):
 def rewind(options, settings):
     scope, store, environ = _project(settings)
     path = _conversation(options, environ)
-    dry, branch = bool(options.get("dry_run")), bool(options.get("with_conversation"))
+    dry, branch = bool(options.dry_run), bool(options.with_conversation)
     writer = None if dry else ConversationWriter(path, lock_timeout=LOCK_TIMEOUT)
     try:
         records = writer.records() if writer else read_records(path)
@@ -241,7 +241,7 @@ def rewind(options, settings):
             keep_turns = (turn - 1) if branch else len(owner.tokens)
             base = owner.tokens[keep_turns - 1] if keep_turns > 0 else ""
             result = run_rewind(store, scope, limits_of(settings), owner, entries, target, label,
-                                force=bool(options.get("force")), dry_run=dry, base_turn_id=base)
+                                force=bool(options.force), dry_run=dry, base_turn_id=base)
         done = result["counts"] is not None
         if done and not branch:
             writer.append("system", note_text(result))

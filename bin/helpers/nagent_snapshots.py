@@ -3,12 +3,13 @@
 Data contract:
 - `project_scope(cwd, environ, key_names=None) -> Scope(root, mode, user_git, refused)`: the
   tree snapshots cover. In a git work tree (nagent_project.find_project, the one validated
-  root) `mode` is "git" and `user_git` the project's own `.git` directory when it is a plain
-  directory (read as data only: its index for the tracked list, info/exclude for patterns;
-  git never runs on it); elsewhere `mode` is "tree" and the root is the working directory.
-  A root git names elsewhere than the directory holding the `.git` found walking up (a
-  `core.worktree` in the project's config) is not taken: the working directory is the tree.
-  `refused` (one line, else None) when the root is /, $HOME, holds $HOME, or holds or lies in
+  root: it refuses a root git names elsewhere than the directory holding the `.git` found
+  walking up, such as a `core.worktree` in the project's config) `mode` is "git" and
+  `user_git` the project's own `.git` directory when it is a plain directory (read as data
+  only: its index for the tracked list, info/exclude for patterns; git never runs on it);
+  elsewhere `mode` is "tree" and the root is the working directory. `refused` (one line, else
+  None) when the working directory lies in a repository's `.git` directory
+  (nagent_project.search_marker), or the root is /, $HOME, holds $HOME, or holds or lies in
   nagent's own state (~/.nagent): nothing is snapshotted there.
 - Coverage (`take_snapshot`): files git status sees in the shadow index over the root — tracked
   there, or untracked and not excluded by the tree's .gitignore files or the project's
@@ -36,7 +37,7 @@ from collections import namedtuple
 from nagent_errors import ConfigError
 from nagent_fs import atomic_write, read_regular
 from nagent_paths import home_dir, nagent_home, too_wide, within
-from nagent_project import find_project, git_marker_dir
+from nagent_project import find_project, search_marker
 from nagent_shadow_git import (EMPTY_TREE, Git, SnapshotError, parse_status, read_head,
                                set_head, write_commit)
 from nagent_snapshot_store import append_journal, last_entry
@@ -78,17 +79,16 @@ def scope_problem(root, environ):
 
 
 def project_scope(cwd, environ, key_names=None):
-    project = find_project(cwd, environ, key_names)
-    marker = git_marker_dir(os.path.realpath(cwd))
-    if project is not None and os.path.realpath(project.root) != marker:
-        project = None   # git named another work tree (core.worktree): never snapshot that
+    real = os.path.realpath(cwd)
+    inside = search_marker(real)[1]
+    project = None if inside else find_project(real, environ, key_names)
     if project is not None:
-        root, mode = os.path.realpath(project.root), "git"
+        root, mode = project.root, "git"
         marker = os.path.join(root, ".git")
         user_git = marker if stat.S_ISDIR(_lstat_mode(marker)) else None
     else:
-        root, mode, user_git = os.path.realpath(cwd), "tree", None
-    return Scope(root, mode, user_git, scope_problem(root, environ))
+        root, mode, user_git = real, "tree", None
+    return Scope(root, mode, user_git, inside or scope_problem(root, environ))
 
 
 def _lstat_mode(path):

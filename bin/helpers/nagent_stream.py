@@ -28,6 +28,7 @@ Data contract
   otherwise); it pauses the display's status line while it writes.
 """
 import re
+from nagent_hooks import response_gated
 
 OPEN, CLOSE = "<nagent-response>", "</nagent-response>"
 _WS = re.compile(r"[\s\ufeff]*")
@@ -38,7 +39,6 @@ _THINKING = ("<think>", "<thinking>")
 
 
 def stream_allowed(settings):
-    from nagent_hooks import response_gated
     return not response_gated(settings)
 
 

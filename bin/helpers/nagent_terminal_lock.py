@@ -12,8 +12,17 @@ of keys already waiting), so an answer is read by the question that asked for it
 - Within a process: a thread lock, replaced in a forked child (a fork taken while another
   thread held it would leave the child's first question waiting forever).
 Without a controlling terminal, or when the lock file cannot be opened, only the thread lock.
+- `terminal_held(environ, showing=True)`: the holder also writes on the terminal (an approval
+  question): a count of such holds, kept in the lock file (and in this process), goes up.
+- `terminal_free(environ=None, wait=False)`: for a live view that redraws in place (the status
+  line, the table of sub-agents: nagent_display), held around each redraw. It yields None,
+  holding nothing, when another holder has the terminal and `wait` is False (a question is
+  open: draw nothing); else it holds the terminal like terminal_held and yields the count of
+  questions shown so far, so a view that sees it changed knows a question was written below
+  what it drew, and draws below that instead of over it.
 """
 import contextlib
+import errno
 import fcntl
 import os
 import threading
@@ -23,6 +32,8 @@ from nagent_paths import nagent_home
 from nagent_pids import controlling_tty
 
 _GUARD = [threading.Lock()]   # a list so that a forked child can get a fresh one
+_SHOWN = [0]                  # questions this process showed (a terminal without a lock file)
+BUSY = -1
 
 
 def _fresh_guard():
@@ -42,8 +53,9 @@ def lock_path(environ=None):
         return None
 
 
-def _locked(path):
-    """An fd holding the record lock on `path`, or None."""
+def _locked(path, wait=True):
+    """An fd holding the record lock on `path`, None (no lock file), or BUSY (another process
+    holds it and `wait` is False)."""
     if path is None:
         return None
     try:
@@ -52,19 +64,61 @@ def _locked(path):
     except OSError:
         return None
     try:
-        fcntl.lockf(fd, fcntl.LOCK_EX)
-    except OSError:
+        fcntl.lockf(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as error:
         os.close(fd)
-        return None
+        return BUSY if not wait and error.errno in (errno.EACCES, errno.EAGAIN) else None
     return fd
 
 
+def _shown(fd):
+    """Questions shown on this terminal: the lock file's count, plus this process's own."""
+    count = 0
+    if fd is not None:
+        try:
+            count = int(os.pread(fd, 32, 0).split(b"\n")[0] or 0)
+        except (OSError, ValueError):
+            count = 0
+    return count + _SHOWN[0] * (1 << 32)
+
+
+def _show(fd):
+    _SHOWN[0] += 1
+    if fd is not None:
+        try:
+            os.pwrite(fd, b"%d\n" % (_shown(fd) % (1 << 32) + 1), 0)
+        except OSError:
+            pass
+
+
 @contextlib.contextmanager
-def terminal_held(environ=None):
+def terminal_held(environ=None, showing=False):
     with _GUARD[0]:
         fd = _locked(lock_path(environ))
         try:
+            if showing:
+                _show(fd)
             yield
         finally:
             if fd is not None:
                 os.close(fd)   # releases the record lock
+
+
+@contextlib.contextmanager
+def terminal_free(environ=None, wait=False):
+    guard = _GUARD[0]
+    if not guard.acquire(blocking=wait):
+        yield None
+        return
+    try:
+        fd = _locked(lock_path(environ), wait)
+        if fd == BUSY:
+            yield None
+            return
+        try:
+            yield _shown(fd)
+        finally:
+            if fd is not None:
+                os.close(fd)
+    finally:
+        guard.release()

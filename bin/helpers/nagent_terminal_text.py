@@ -24,9 +24,13 @@ Data contract (pure functions over str):
   terminal and `text` as it is otherwise (a pipe gets the bytes the model or tool sent).
 - `cut(line, limit)` -> `line` cut to `limit` columns with "…" (wide characters count two,
   combining ones zero); `width(ch)` is that column count.
+- `spinner_allowed(environ)`: a live status line is allowed (NAGENT_NO_SPINNER unset, "" or
+  "0"); `terminal_columns()`: $COLUMNS, else the terminal's width, else 80 (no shutil).
 - `counted(n, noun, plural=None)` -> "1 call", "2 calls" ("1 reply", "3 replies" with the
   plural given): every count nagent prints in words.
 """
+import os
+import sys
 import unicodedata  # no `re`: nagent_errors imports this module, so every tool does at start-up
 
 
@@ -105,3 +109,21 @@ def cut(line, limit):
 def counted(number, noun, plural=None):
     """`number` `noun`s in words: "1 call", "0 calls", "2 replies" (with plural="replies")."""
     return f"{number} {noun if number == 1 else plural or noun + 's'}"
+
+
+def spinner_allowed(environ):
+    return environ.get("NAGENT_NO_SPINNER", "") in ("", "0")
+
+
+def terminal_columns():
+    """shutil.get_terminal_size().columns without importing shutil: $COLUMNS, the terminal, 80."""
+    try:
+        columns = int(os.environ.get("COLUMNS", "0"))
+    except ValueError:
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+    return columns or 80

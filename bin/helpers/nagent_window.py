@@ -20,6 +20,7 @@ import nagent_checkpoint as checkpoints
 import nagent_conversation_lifecycle as lifecycle
 from nagent_errors import InputError
 from nagent_fs import atomic_write, write_unique
+from nagent_llm import generate_text
 from nagent_window_rebuild import (current_window, encode_window, rebuild_records, window_growth,
                                    window_settings)
 
@@ -41,7 +42,6 @@ def rejected_at(records, window):
 def refresh_checkpoint(run, now):
     """One checkpoint call covering the current window. Returns the new checkpoint text, or
     None when the model's reply was rejected (noted in the conversation)."""
-    from nagent_llm import generate_text
     records = run.writer.records()
     size = os.path.getsize(run.session.path)
     window = current_window(records)
