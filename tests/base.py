@@ -32,8 +32,11 @@ if HELPERS not in sys.path:
 
 # Child interpreters share one bytecode cache outside the repo and outside every test's tree:
 # a PYTHONDONTWRITEBYTECODE child recompiles every helper it imports (30-90 ms a process).
-PYCACHE = tempfile.mkdtemp(prefix="nagent-test-pycache-")
-atexit.register(shutil.rmtree, PYCACHE, True)
+# The suite's worker processes (tests/pool.py) share their pool's: each helper compiles once.
+PYCACHE = os.environ.get("NAGENT_TEST_PYCACHE")
+if not PYCACHE:
+    PYCACHE = tempfile.mkdtemp(prefix="nagent-test-pycache-")
+    atexit.register(shutil.rmtree, PYCACHE, True)
 
 # A runner a non-interactive shell started in the background (`cmd &`) has SIGINT ignored, and
 # every tool it starts would inherit that and never see the Ctrl-C the interrupt tests send.

@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 
-from base import HermeticTestCase
+from base import HermeticTestCase, startup_seconds
 from fakes import ReplySpec
 from test_loop import NagentRunCase
 from test_shell import sleepers, wait_gone
@@ -38,8 +38,14 @@ def wait_for(predicate, limit=30.0):
 
 
 class SubAgentTimeout(NagentRunCase):
-    # Long enough for the child to start (it imports the SDK) and reach its shell command.
-    CONFIG = dict(NagentRunCase.CONFIG, agent_timeout=4)
+    def setUp(self):
+        super().setUp()
+        # Long enough for the child to start (a fresh interpreter importing the SDK), make its
+        # call and reach its shell command, whose sleep outlasts it: measured here, as
+        # FailingSiblings does. A fixed 4 s cut the child off before its call at load 20.
+        self.timeout = max(4, round(3 * startup_seconds() + 2))
+        self.sleep = f"{self.timeout + 1}.371"
+        self.write_config(dict(self.CONFIG, agent_timeout=self.timeout))
 
     def test_timed_out_child_tree_ends_and_tokens_count(self):
         late, begun = os.path.join(self.cwd, "late.txt"), os.path.join(self.cwd, "begun.txt")
@@ -48,7 +54,7 @@ class SubAgentTimeout(NagentRunCase):
         def reply(record):
             # By conversation, not by arrival order: the child's call may come late.
             if "delegate it" not in json.dumps(record.get("json")):
-                return ReplySpec(f"<nagent-shell>\ndate +%s.%N > {begun}; sleep 5.371; "
+                return ReplySpec(f"<nagent-shell>\ndate +%s.%N > {begun}; sleep {self.sleep}; "
                                  f"echo late > {late}\n</nagent-shell>",
                                  usage=CHILD_USAGE)
             parent_calls.append(record)
@@ -61,12 +67,12 @@ class SubAgentTimeout(NagentRunCase):
         data = self.json_of(proc)
         self.assertEqual(proc.returncode, 0, proc.stderr)
         self.assertEqual(data["response"], "parent done")
-        self.assertEqual(sleepers("5.371"), [])          # nothing left in the process table
+        self.assertEqual(sleepers(self.sleep), [])       # nothing left in the process table
         self.assertEqual(data["totals"]["input_tokens"], 7200)   # the child's call counts
         self.assertEqual(data["totals"]["output_tokens"], 90)
         results = self.kinds(self.default_path("4242"), "result")
         self.assertEqual(len(results), 1, [r.body for r in results])
-        self.assertIn("timed out after 4 s", results[0].body)
+        self.assertIn(f"timed out after {self.timeout} s", results[0].body)
         self.assertIn('tokens_in="7000"', results[0].body)
         name = re.search(r'conversation="([^"]+)"', results[0].body).group(1)
         self.assertRegex(name, r"^agent-[0-9a-f]{32}-4242$")
@@ -74,7 +80,7 @@ class SubAgentTimeout(NagentRunCase):
         self.assertEqual(child[-1].kind, "interrupt")
         self.assertIn("SIGTERM", child[-1].body)
         with open(begun) as handle:   # when the sleep began (wall clock): wait past its end
-            time.sleep(max(0.0, float(handle.read()) + 5.371 + 0.3 - time.time()))
+            time.sleep(max(0.0, float(handle.read()) + float(self.sleep) + 0.3 - time.time()))
         self.assertFalse(os.path.exists(late))
 
 
