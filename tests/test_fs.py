@@ -56,6 +56,38 @@ class AtomicWriteTests(HermeticTestCase):
             self.assertEqual(handle.read(), b"old")
         self.assertEqual(self.leftovers(), [])
 
+    def test_swap_puts_a_new_file_in_place_whole(self):
+        fs.atomic_write(self.path, b"old", 0o600)
+        keep = os.path.join(self.tmp, "keep")
+        os.link(self.path, keep)                 # the old inode is swapped out, never rewritten
+        fs.atomic_write(self.path, b"new", 0o640, sync=False, swap=True)
+        with open(self.path, "rb") as handle:
+            self.assertEqual(handle.read(), b"new")
+        with open(keep, "rb") as handle:
+            self.assertEqual(handle.read(), b"old")
+        self.assertEqual(stat.S_IMODE(os.stat(self.path).st_mode), 0o640)
+        self.assertEqual(os.stat(keep).st_nlink, 1)   # the swapped-out name was unlinked
+        self.assertEqual(self.leftovers(), [])
+        fs.atomic_write(os.path.join(self.tmp, "fresh"), b"x", 0o600, sync=False, swap=True)
+        self.assertTrue(os.path.isfile(os.path.join(self.tmp, "fresh")))
+        self.assertEqual(self.leftovers(), [])
+
+    def test_swap_never_moves_a_directory_or_follows_a_link(self):
+        folder = os.path.join(self.tmp, "dir")
+        os.mkdir(folder)
+        with self.assertRaises(OSError):
+            fs.atomic_write(folder, b"x", 0o600, sync=False, swap=True)
+        self.assertTrue(os.path.isdir(folder))
+        self.assertEqual(self.leftovers(), [])
+        fs.atomic_write(self.path, b"target", 0o600)
+        link = os.path.join(self.tmp, "link")
+        os.symlink(self.path, link)
+        fs.atomic_write(link, b"x", 0o600, sync=False, swap=True)   # the link itself is replaced
+        self.assertFalse(os.path.islink(link))
+        with open(self.path, "rb") as handle:
+            self.assertEqual(handle.read(), b"target")
+        self.assertEqual(self.leftovers(), [])
+
     def test_long_name_still_fits(self):
         path = os.path.join(self.tmp, "n" * 250)
         fs.atomic_write(path, b"x")

@@ -3,8 +3,9 @@
 Data contract
 -------------
 * `run_dir(environ)` is `~/.nagent/run/` (0700). A running nagent keeps `PID.json` there (0600),
-  replaced whole on each change (temp file + rename, no fsync: it describes a live process and
-  is worthless after a crash). Fields:
+  replaced whole on each change (a temp file swapped in, nagent_fs.atomic_write swap=True: a
+  few changes a turn, each a rename over the file would cost a data flush on ext4; no fsync: it
+  describes a live process and is worthless after a crash). Fields:
       version      1
       pid          the OS pid
       start_ticks  the process start time from /proc/PID/stat (clock ticks since boot): with
@@ -91,7 +92,7 @@ class RunFile:
             return
         data = json.dumps(self.record, ensure_ascii=False, sort_keys=True).encode("utf-8")
         try:
-            atomic_write(self.path, data, 0o600, sync=False)
+            atomic_write(self.path, data, 0o600, sync=False, swap=True)
         except OSError:
             pass   # a full disk or a read-only home: the run goes on without a run file
 
