@@ -205,6 +205,7 @@ class TypedKeys(HermeticTestCase):
     def test_slash_commands_map_onto_flags(self):
         cases = {"/status": ("run", ["--status"]), "/rewind": ("run", ["--rewind"]),
                  "/rewind 3": ("run", ["--rewind", "--turn", "3"]),
+                 "/changes": ("run", ["--changes"]), "/changes 2": ("run", ["--changes", "--turn", "2"]),
                  "/branch 2": ("run", ["--branch-conversation", "--turn", "2"]),
                  "/save keep --force": ("run", ["--save-conversation", "keep", "--force"]),
                  "/load keep": ("run", ["--load-conversation", "keep"]),
@@ -216,7 +217,7 @@ class TypedKeys(HermeticTestCase):
         for prompt in ("/etc/hosts looks odd", "//usr is full", "/ spaced", "plain"):
             self.assertIsNone(nagent_slash.parse(prompt), prompt)
         self.assertEqual(nagent_slash.prompt_text("//usr is full"), "/usr is full")
-        for bad in ("/rewind x", "/rewind 0", "/save", "/save a b", "/mode fast", "/status now",
+        for bad in ("/rewind x", "/rewind 0", "/changes --last", "/save", "/save a b", "/mode fast", "/status now",
                     "/bogus"):
             with self.assertRaises(UsageError, msg=bad):
                 nagent_slash.plan(*nagent_slash.parse(bad))

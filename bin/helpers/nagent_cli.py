@@ -61,7 +61,7 @@ import time
 from nagent_errors import (EXIT_CODES, EXIT_MEANINGS, ExitSignal, InputError, NagentError,
                            UsageError)
 from nagent_install import reexec_under_run_python
-from nagent_secrets import SHELL_ACTION_VAR, make_undumpable
+from nagent_secrets import SHELL_ACTION_VAR, make_undumpable, redacted  # noqa: F401
 from nagent_secrets import redact as redact_values
 from nagent_paths import current_cwd  # noqa: F401  (the commands' working directory)
 from nagent_terminal_text import spinner_allowed, terminal_columns  # noqa: F401
@@ -93,19 +93,6 @@ def redact(text, secrets=None):
         from nagent_config import known_secrets
         secrets = known_secrets()
     return redact_values(text, secrets)
-
-
-def redacted(value, secrets, keep=()):
-    """`value` (JSON-shaped data) with every secret in `secrets` blanked in every string but the
-    values of the keys in `keep` (base64 payloads: bytes, not text)."""
-    if isinstance(value, str):
-        return redact_values(value, secrets)
-    if isinstance(value, dict):
-        return {key: item if key in keep else redacted(item, secrets, keep)
-                for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [redacted(item, secrets, keep) for item in value]
-    return value
 
 
 def report_error(error):

@@ -49,13 +49,18 @@ def warn(lines):
 
 
 def run_command(args):
-    import nagent_mcp
+    from nagent_mcp_wire import CHANNEL_VAR
+    in_run = bool(os.environ.get(CHANNEL_VAR))
+    if in_run:   # the run's host answers: neither the config checks nor the MCP client load here
+        import nagent_mcp_live as mcp
+    else:
+        import nagent_mcp as mcp
     from nagent_cli import emit_json, report_error
     from nagent_errors import UsageError
     if args.list is not None:
         if args.words:
             raise UsageError("--list takes no other arguments", " ".join(args.words), "nagent-mcp --list [SERVER]")
-        servers, error = nagent_mcp.list_servers(args.list or None, dict(os.environ), args.timeout)
+        servers, error = mcp.list_servers(args.list or None, dict(os.environ), args.timeout)
         warn(server["warning"] for server in servers)
         if args.json:
             emit_json({"servers": servers, **({"error": error.as_dict()} if error else {})})
@@ -72,16 +77,15 @@ def run_command(args):
         raise UsageError("expected --list [SERVER] or call SERVER TOOL", " ".join(args.words),
                          "see nagent-mcp --help")
     _, server, tool = args.words
-    from nagent_mcp_wire import CHANNEL_VAR
-    if not os.environ.get(CHANNEL_VAR):   # inside a run the run's host checks the rules it read
+    if not in_run:   # inside a run the run's host checks the rules it read
         refuse_denied(server, tool)
     if args.args is not None:
-        arguments = nagent_mcp.parse_arguments(args.args)
+        arguments = mcp.parse_arguments(args.args)
     elif not sys.stdin.isatty():
-        arguments = nagent_mcp.parse_arguments(sys.stdin.read(), "JSON on stdin")
+        arguments = mcp.parse_arguments(sys.stdin.read(), "JSON on stdin")
     else:
         arguments = {}
-    outcome = nagent_mcp.call(server, tool, arguments, dict(os.environ), args.timeout)
+    outcome = mcp.call(server, tool, arguments, dict(os.environ), args.timeout)
     warn([outcome["warning"]])
     if args.json:
         emit_json(outcome)
@@ -89,6 +93,7 @@ def run_command(args):
         from nagent_terminal_text import shown_on
         sys.stdout.write(shown_on(outcome["text"], sys.stdout.isatty()))
     if outcome["is_error"]:
+        import nagent_mcp   # the failure's error class is the MCP client's
         failure = nagent_mcp.tool_failure(outcome)
         report_error(failure)
         return failure.exit_code

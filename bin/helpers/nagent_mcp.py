@@ -11,10 +11,8 @@ Data contract:
   that reports failure (`isError`) is returned with `is_error` true, not raised.
 - `parse_arguments(text, source)` -> dict: a JSON object, or UsageError.
 - `tool_failure(outcome)` -> the NagentError (exit 1) that reports a failed tool with its message.
-- `listing(answers)` and `outcome(name, tool, result, warning, tmpdir)` assemble those two from
-  what servers answered, wherever they ran (the run's host answers over the channel).
 Inside a run (`nagent_mcp_wire.CHANNEL_VAR` set: the run's shell actions) both ask the run's
-host (nagent_main_mcp_host), whose servers stay up for the run and keep their state; the host reads
+host (nagent_mcp_live, nagent_main_mcp_host), whose servers stay up for the run and keep their state; the host reads
 the config, checks the deny rules and blanks the secrets, never this process. Elsewhere each
 command starts the servers it needs and stops them after. Config then comes from the resolved
 settings (`Settings.mcp_servers`, checked by the schema); `${VAR}` in a server's entry reads
@@ -23,14 +21,14 @@ rule: `nagent_secrets.scrubbed_env` with the session's provider-key names), so n
 reaches it unless its own `env` names it explicitly. A tool result's strings are blanked of the
 server's secrets (values `${VAR}` inserted that look secret) before anything renders them.
 """
-import json
-
 import nagent_mcp_config as mcp_config
+import nagent_mcp_live as live
 from nagent_config_checks import resolve_checked
-from nagent_errors import ConfigError, UsageError
+from nagent_errors import ConfigError
 from nagent_mcp_client import McpCallError, call_tool, list_tools
-from nagent_mcp_render import error_message, render_result, tool_entry
-from nagent_mcp_wire import CHANNEL_VAR, ask, error_from, redact_result
+from nagent_mcp_live import check_timeout, check_tool, parse_arguments  # noqa: F401  (nagent_mcp's contract)
+from nagent_mcp_render import error_message
+from nagent_mcp_wire import CHANNEL_VAR, redact_result
 from nagent_secrets import key_names, scrubbed_env
 
 
@@ -42,39 +40,10 @@ def server_base_env(settings, environ):
     return scrubbed_env(environ, key_names(settings.providers.values()))
 
 
-def parse_arguments(text, source="--args"):
-    if text is None or not text.strip():
-        return {}
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise UsageError(f"{source} is not valid JSON", f"{error.msg} at line {error.lineno} column {error.colno}",
-                         "pass a JSON object, e.g. --args '{\"path\": \".\"}'") from None
-    if not isinstance(value, dict):
-        raise UsageError(f"{source} must be a JSON object", type(value).__name__,
-                         "pass the tool's arguments by name, e.g. --args '{\"path\": \".\"}'")
-    return value
-
-
-def _check_timeout(timeout):
-    if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or not timeout > 0:
-        raise UsageError("--timeout must be a positive number of seconds", timeout)
-    return float(timeout)
-
-
 def list_servers(name, environ, timeout):
-    timeout = _check_timeout(timeout)
-    channel = environ.get(CHANNEL_VAR)
-    if channel:
-        answer = ask(channel, {"op": "list", "server": name, "timeout": timeout}, timeout)
-        if not isinstance(answer.get("servers"), list):
-            raise error_from(answer.get("error"))
-        answers = [(entry.get("name", ""), entry.get("transport", ""), entry.get("tools") or [],
-                    error_from(entry["error"]) if entry.get("error") else None, entry.get("warning") or "")
-                   for entry in answer["servers"] if isinstance(entry, dict)]
-    else:
-        answers = _list_cold(name, environ, timeout)
-    return listing(answers)
+    if environ.get(CHANNEL_VAR):
+        return live.list_servers(name, environ, timeout)
+    return live.listing(_list_cold(name, environ, check_timeout(timeout)))
 
 
 def _list_cold(name, environ, timeout):
@@ -96,33 +65,13 @@ def _list_cold(name, environ, timeout):
              answers[spec.name]["warning"]) for spec in specs]
 
 
-def listing(answers):
-    """(servers, first error) of list_servers' contract from [(name, transport, wire tools,
-    NagentError | None, warning)], wherever the servers ran."""
-    servers, first_error = [], None
-    for name, transport, tools, error, warning in answers:
-        first_error = first_error or error
-        servers.append({"name": name, "transport": transport,
-                        "tools": [tool_entry(tool) for tool in tools if isinstance(tool, dict)],
-                        "error": error.line()[len("Error: "):] if error else None,
-                        "warning": warning or None})
-    return servers, first_error
-
-
 def call(name, tool, arguments, environ, timeout, tmpdir=None):
-    timeout = _check_timeout(timeout)
-    if not tool or not isinstance(tool, str):
-        raise UsageError("no tool name given", "", "nagent-mcp call SERVER TOOL")
-    channel = environ.get(CHANNEL_VAR)
-    if channel:
-        answer = ask(channel, {"op": "call", "server": name, "tool": tool, "arguments": arguments,
-                               "timeout": timeout}, timeout)
-        if not isinstance(answer.get("result"), dict):
-            raise error_from(answer.get("error"))
-        result, warning = answer["result"], answer.get("warning") or ""
-    else:
-        result, warning = _call_cold(name, tool, arguments, environ, timeout)
-    return outcome(name, tool, result, warning, tmpdir)
+    if environ.get(CHANNEL_VAR):
+        return live.call(name, tool, arguments, environ, timeout, tmpdir)
+    timeout = check_timeout(timeout)
+    check_tool(tool)
+    result, warning = _call_cold(name, tool, arguments, environ, timeout)
+    return live.outcome(name, tool, result, warning, tmpdir)
 
 
 def _call_cold(name, tool, arguments, environ, timeout):
@@ -131,14 +80,6 @@ def _call_cold(name, tool, arguments, environ, timeout):
     server = mcp_config.resolve(mcp_config.find_server(settings.mcp_servers, name), environ)
     result, warning = call_tool(server, tool, arguments, server_base_env(settings, environ), timeout)
     return redact_result(result, server.secrets), warning
-
-
-def outcome(name, tool, result, warning, tmpdir=None):
-    """call's dict for a wire result whose secrets are blanked already."""
-    text, blocks = render_result(result, f"{name}-{tool}", tmpdir)
-    return {"server": name, "tool": tool, "is_error": bool(result.get("isError")), "text": text,
-            "content": blocks, "structured_content": result.get("structuredContent"),
-            "warning": warning or None}
 
 
 def tool_failure(outcome):

@@ -17,14 +17,14 @@ Data contract:
 - `request_of(line) -> dict` checks one request (UsageError naming what is wrong), the host's
   side; `ask(path, request, timeout) -> dict` is the client's: connect, send, read the answer.
   A channel that cannot be reached is ChannelError (exit 5), naming the path and the fix.
-- `redact_result(result, secrets)`: every string of a wire result blanked (nagent_cli.redacted),
+- `redact_result(result, secrets)`: every string of a wire result blanked (nagent_secrets.redacted),
   except base64 payloads (`data`, `blob`), which are bytes, not text.
 """
 import json
 import socket
 
-from nagent_cli import redacted
 from nagent_errors import EXIT_CODES, NagentError, UsageError
+from nagent_secrets import redacted
 
 CHANNEL_VAR = "NAGENT_MCP_CHANNEL"
 MAX_REQUEST = 32 << 20

@@ -24,6 +24,8 @@ Data contract:
   names hold in `environ`, plus every literal `api_key` of a row and a reference's default.
   Passed through `redactable`.
 - `redact(text, values)` -> text with each value replaced by REDACTED (longest first).
+- `redacted(value, secrets, keep)` -> JSON-shaped `value` with `redact` applied to every string
+  but the values of the keys in `keep`.
 - `scrubbed_env(environ, secret_names)` is the one rule for the environment nagent gives a
   child outside the sandbox (shell actions, hooks, file tools, MCP servers, git, a tool's
   `--description` run): `environ` without the provider key variables (`secret_names`, the
@@ -116,6 +118,19 @@ def redact(text, values):
         if value in text:
             text = text.replace(value, REDACTED)
     return text
+
+
+def redacted(value, secrets, keep=()):
+    """`value` (JSON-shaped data) with every secret in `secrets` blanked in every string but the
+    values of the keys in `keep` (base64 payloads: bytes, not text)."""
+    if isinstance(value, str):
+        return redact(value, secrets)
+    if isinstance(value, dict):
+        return {key: item if key in keep else redacted(item, secrets, keep)
+                for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [redacted(item, secrets, keep) for item in value]
+    return value
 
 
 def withheld_names(secret_names):

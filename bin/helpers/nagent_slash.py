@@ -28,7 +28,7 @@ Plan = namedtuple("Plan", "action argv")
 
 COMMANDS = {
     "status": ("/status", "this conversation: size, turns, tokens, cost (nagent --status)"),
-    "changes": ("/changes", "what the agent changed, per turn and action (nagent --changes)"),
+    "changes": ("/changes [N]", "what the agent changed, per turn and action, or in turn N (nagent --changes)"),
     "rewind": ("/rewind [N]", "put the files back as before turn N, or the last one (nagent --rewind)"),
     "clear": ("/clear", "start afresh; the old conversation is archived (nagent --clear)"),
     "new": ("/new [PROMPT]", "the next prompt starts a fresh conversation (nagent -n)"),
@@ -52,7 +52,7 @@ KEYS_HELP = ("Enter sends the prompt; Alt-Enter or a line ending in \\ adds a li
              "turn (as nagent --send). Ctrl-C stops a run, or clears the line; Ctrl-D leaves. "
              "//text sends a prompt that starts with /.")
 
-SIMPLE = {"status": ["--status"], "changes": ["--changes"], "clear": ["--clear"],
+SIMPLE = {"status": ["--status"], "clear": ["--clear"],
           "compact": ["--compact"], "config": ["--config"]}
 
 
@@ -92,8 +92,8 @@ def plan(name, words):
         if name in SIMPLE:
             return Plan("run", SIMPLE[name])
         return Plan(name, ["--status"] if name == "cost" else [])
-    if name == "rewind":
-        return Plan("run", ["--rewind", *_turn(name, words)])
+    if name in ("rewind", "changes"):
+        return Plan("run", ["--" + name, *_turn(name, words)])
     if name == "branch":
         return Plan("run", ["--branch-conversation", *_turn(name, words)])
     if name == "new":
