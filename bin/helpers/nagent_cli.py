@@ -61,7 +61,7 @@ import time
 from nagent_errors import (EXIT_CODES, EXIT_MEANINGS, ExitSignal, InputError, NagentError,
                            UsageError)
 from nagent_install import reexec_under_run_python
-from nagent_secrets import SHELL_ACTION_VAR, make_undumpable, redacted  # noqa: F401
+from nagent_secrets import SHELL_ACTION_VAR, make_undumpable
 from nagent_secrets import redact as redact_values
 from nagent_paths import current_cwd  # noqa: F401  (the commands' working directory)
 from nagent_terminal_text import spinner_allowed, terminal_columns  # noqa: F401

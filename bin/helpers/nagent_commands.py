@@ -27,9 +27,10 @@ another conversation of the same project was used recently (`continue_hint`).
 import os
 import sys
 
-from nagent_cli import (current_cwd, emit_json, load_settings, output_mode, read_prompt, redacted,
+from nagent_cli import (current_cwd, emit_json, load_settings, output_mode, read_prompt,
                         refuse_in_shell_action, report_error)
 from nagent_errors import EXIT_CODES, NagentError, UsageError
+from nagent_secrets import redacted
 
 
 ONLY_WITH = {"last": ("changes", "rewind"), "action": ("rewind",), "diff": ("changes",),

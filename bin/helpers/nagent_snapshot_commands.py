@@ -22,12 +22,12 @@ Text shown on a terminal is made safe (paths and commands are the model's and th
 import os
 
 import nagent_conversation_lifecycle as lifecycle
-from nagent_cli import current_cwd, redact, redacted
+from nagent_cli import current_cwd, redact
 from nagent_config import child_key_names
 from nagent_conversation import ConversationWriter, read_records
 from nagent_errors import InputError, RefusedError, UsageError
 from nagent_rewind import finish_pending, note_text, run_rewind, summary_line
-from nagent_secrets import secret_values
+from nagent_secrets import redacted, secret_values
 from nagent_snapshot_history import (action_span, file_changes, open_at, owned, owner_of, owns,
                                      patch, tree, units)
 from nagent_snapshot_store import locked, open_store, read_journal
