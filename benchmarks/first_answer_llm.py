@@ -42,6 +42,9 @@ def timed(cmd, env, cwd):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--llm", default=shutil.which("llm"), help="the llm executable")
+    parser.add_argument("--python", default=sys.executable,
+                        help="nagent's interpreter: give one set up like llm's (a venv) for a fair pair, since a"
+                             " .pth file in one interpreter's site-packages runs at every start")
     parser.add_argument("--runs", type=int, default=7)
     args = parser.parse_args(argv)
     if not args.llm:
@@ -54,7 +57,7 @@ def main(argv=None):
     env = clean_environ()
     env.update(HOME=home, OPENAI_BASE_URL=fake.url + "/v1", OPENAI_API_KEY="sk-bench-0123456789abcdef",
                LLM_USER_PATH=os.path.join(home, "llm"))
-    commands = {"nagent -n -q hello": [sys.executable, os.path.join(REPO, "bin", "nagent"), "-n", "-q", "hello"],
+    commands = {"nagent -n -q hello": [args.python, os.path.join(REPO, "bin", "nagent"), "-n", "-q", "hello"],
                 "llm -m gpt-4o-mini hello": [args.llm, "-m", "gpt-4o-mini", "hello"]}
     try:
         times = {name: [] for name in commands}

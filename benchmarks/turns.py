@@ -52,7 +52,7 @@ from bench_env import make_workspace  # noqa: E402
 TURNS = 20
 PYCACHE = os.path.join(tempfile.gettempdir(), f"nagent-bench-turns-pycache-{os.getuid()}")
 PROVIDERS = ("openai", "anthropic", "google")
-GENERATION_MARKS = (":generateContent", "/v1/responses", "/v1/chat/completions", "/v1/messages")
+GENERATION_MARKS = (":generateContent", ":streamGenerateContent", "/v1/responses", "/v1/chat/completions", "/v1/messages")
 
 
 class TimedFake(FakeVendor):

@@ -158,9 +158,10 @@ class ForkedToolExitTest(HermeticTestCase):
             self.assertEqual(handle.read().split(), [parent])
 
 
-class OpenAIBodyTest(FakeVendorTestCase):
+class WireBodyTest(FakeVendorTestCase):
     """The conversation goes to the SDK as extra_body (no per-message transform): the body on
-    the wire is the one the SDK builds from create(input=..., messages=...)."""
+    the wire is the one the SDK builds from create(input=..., messages=...), and Gemini's the one
+    it builds from typed Contents."""
 
     def settings(self, provider, **config):
         self.write_config(dict({"retry": {"base_delay": 0, "max_delay": 0}}, **config))
@@ -203,6 +204,31 @@ class OpenAIBodyTest(FakeVendorTestCase):
                 {"role": "user", "content": "result \u00e9\u4e2d"}],
             max_tokens=settings.llm.max_output_tokens, stop=["\n<system>"])))
         self.assertEqual(ours, theirs)
+
+
+    def test_google_body_unchanged(self):
+        from google.genai import types
+        settings = self.settings("google")
+        empty = nagent_llm.Request(messages=self.request().messages + (
+            nagent_llm.Message("assistant", ("",)), nagent_llm.Message("user", ("next",))),
+            stop=("\n<system>",))
+        self.fake.reply("ok")
+        self.fake.reply("ok")
+        nagent_llm.generate(empty, settings, sleep=lambda s: None)
+        client = nagent_llm.make_client(settings)
+        with self.patched_environ():
+            list(client.models.generate_content_stream(
+                model=settings.model, contents=[
+                    types.Content(role="user", parts=[types.Part(text="static context\n\nfirst prompt")]),
+                    types.Content(role="model", parts=[types.Part(text="<nagent-shell>ls</nagent-shell>")]),
+                    types.Content(role="user", parts=[types.Part(text="result \u00e9\u4e2d")]),
+                    types.Content(role="model", parts=[types.Part(text="(empty)")]),
+                    types.Content(role="user", parts=[types.Part(text="next")])],
+                config=types.GenerateContentConfig(max_output_tokens=settings.llm.max_output_tokens,
+                                                   stop_sequences=["\n<system>"])))
+        ours, theirs = [record["json"] for record in self.fake.requests[-2:]]
+        self.assertEqual(ours, theirs)
+        self.assertEqual(len(ours["contents"]), 5)
 
 
 class StreamReadTest(FakeVendorTestCase):

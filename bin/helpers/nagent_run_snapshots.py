@@ -30,6 +30,11 @@ module then: neither it nor a snapshot delays the first request); a no-op when
 - `end_turn()` closes what is still open ("after", or "end" for an action a Ctrl-C or an error
   cut short), then keeps the store bounded (nagent_snapshot_retention.maintain: prune daily,
   git gc when due).
+- A snapshot runs git status only when something may have changed: with a TreeWatch over the
+  project (nagent_tree_watch; set up with the store, while the first request is out) that saw
+  nothing since this run's last snapshot, which is still the store's last entry, the snapshot
+  repeats it (nagent_snapshots.repeat_snapshot) without running git. Not where a sandboxed
+  command could hide a change from the watch (`_watchable`), nor when inotify cannot promise it.
 Every snapshot runs under the store's lock, after finishing a rewind a killed process left
 (its `<system>` note goes into this conversation when it was this conversation's rewind). What
 the run should say goes through `emit` and `append` on the run's own thread: a "snapshot"
@@ -48,7 +53,8 @@ import nagent_snapshots as snapshots
 from nagent_errors import NagentError
 from nagent_file_change import between
 from nagent_paths import within
-from nagent_shadow_git import parse_raw_diff
+from nagent_shadow_git import parse_raw_diff, read_head
+from nagent_tree_watch import TreeWatch
 
 CHANGING_KINDS = frozenset({"shell", "write", "file-patch", "replace", "file-edit", "agent"})
 LOCK_WAIT = 30.0
@@ -91,6 +97,8 @@ class RunSnapshots:
         self.found = ([], 0)     # what `close_now` found, from under the store's lock
         self.off = None          # why snapshots stopped for this run
         self.outbox = []         # (kind, fields) to emit on the run's thread
+        self.watch = None        # nagent_tree_watch.TreeWatch over the project, when it can tell
+        self.last = None         # the journal entry this run recorded last
 
     # -- taking one -----------------------------------------------------------------
     def _open(self):
@@ -101,6 +109,31 @@ class RunSnapshots:
             self.off = f"no snapshots for --rewind here: {self.scope.refused}"
             return
         self.store = store_lib.open_store(self.scope.root, environ, keys)
+        if self._watchable():
+            self.watch = TreeWatch.start(self.scope.root, self.scope.user_git)
+
+    def _watchable(self):
+        """A sandboxed command cannot write through a hard link it made from a project file to
+        a name outside the project (what a directory watch cannot see) when every writable root
+        is a bind mount of its own, inside the project or beside it: link() across mounts fails
+        (EXDEV). A writable root that holds the project (a project under /tmp) would allow it.
+        Unsandboxed, a command can rewrite the store itself: the snapshots hold against
+        mistakes there, and the watch sees every change a mistake makes through the tree."""
+        roots = self.session.sandbox_roots
+        return roots is None or not any(within(self.scope.root, root) for root in roots)
+
+    def _snapshot(self, meta):
+        """take_snapshot, or its repeat when the watch saw nothing since this run's last entry,
+        which is still the store's last (no other run, rewind or prune wrote since) and HEAD."""
+        quiet = self.watch is not None and not self.watch.changed()  # drained either way
+        last = self.last
+        if quiet and last is not None:
+            latest = store_lib.last_entry(self.store)
+            if (latest is not None and latest.get("id") == last["id"]
+                    and latest.get("tree") == last["tree"]
+                    and read_head(self.store.git.git_dir) == last.get("commit")):
+                return snapshots.repeat_snapshot(self.store, latest, meta)
+        return snapshots.take_snapshot(self.store, self.scope, self.limits, meta)
 
     def _take(self, phase, kind="", summary="", maintain=False, amend=None, since=None):
         meta = {"conv": self.session.path, "turn_id": self.turn_id, "turn": self.turn,
@@ -115,8 +148,9 @@ class RunSnapshots:
                     store_lib.append_journal(self.store, line)
                 self.amends = []
                 finished = rewind.finish_pending(self.store, self.scope, self.limits)
-                entry = None if phase is None else \
-                    snapshots.take_snapshot(self.store, self.scope, self.limits, meta)
+                entry = None if phase is None else self._snapshot(meta)
+                if entry is not None:
+                    self.last = entry
                 if since is not None and entry is not None:
                     self.found = tree_changes(self.store, self.scope.root, self.cwd,
                                               since["tree"], entry["tree"])
@@ -126,6 +160,7 @@ class RunSnapshots:
             what = error.line()[len("Error: "):] if isinstance(error, NagentError) else str(error)
             self.off = f"snapshots off for the rest of this run: {what}"
             self.store = None
+            self._unwatch()
             return None
         self.open = phase == "action"
         self.opened = entry if self.open else None
@@ -237,3 +272,9 @@ class RunSnapshots:
                 self._flush()
             self._take("end" if self.open else None, maintain=True)
         self._flush()
+        self._unwatch()
+
+    def _unwatch(self):
+        if self.watch is not None:
+            self.watch.close()
+            self.watch = None

@@ -19,7 +19,8 @@ the flags' and config's caps, tightened by a parent's `--budget`; a cost cap on 
 stops here) and the mode: in plan mode shell commands run under bwrap with the project and the
 working directory read-only where bwrap exists (`plan_sandbox`), else only read-only commands
 run; the action context carries the permission policy (nagent_policy.build_policy: rules,
-guard, mode).
+guard, mode). `sandbox_roots`: the directories a sandboxed shell command may write (None when
+commands run unsandboxed), for what must hold against them (nagent_run_snapshots).
 Every setting comes from the Settings fields (loop limits are `settings.loop`, the shell policy is
 built from `settings.shell`, sub-agent limits from `settings.agents`, file tool limits from
 `settings.file_tools`); nothing here reads config.
@@ -62,6 +63,8 @@ class Session:
     key_names: tuple = ()       # variables holding the configured providers' keys
     budget: object = None       # nagent_budget.Caps of the run tree (flags, config, a parent's)
     mode: str = "build"         # "plan": read-only (nagent_policy)
+    sandbox_roots: tuple | None = None   # what a sandboxed shell command may write (real paths,
+                                         # nagent_sandbox.writable_roots); None: unsandboxed
 
     @cached_property
     def action_context(self):
@@ -219,12 +222,13 @@ def build_session(selection, environ, cwd, settings=None, needs_model=True, *, i
     read_only = plan_sandbox(settings, cwd, run_environ)
     sandboxed = settings.shell.sandbox == "bwrap" or bool(read_only)
     policy = cache(partial(shell_policy, settings, read_only))
-    warnings = ()
+    warnings, sandbox_roots = (), None
     if sandboxed and needs_model:
         import nagent_sandbox  # an unsandboxed run needs none of it before its first action
         # A sandbox that cannot start (exit 4) or cannot protect nagent's own files (exit 10)
         # stops the run here, before any model call, rather than failing every shell action.
         warnings = nagent_sandbox.prepare(policy(), cwd, run_environ)
+        sandbox_roots = nagent_sandbox.writable_roots(cwd, policy(), run_environ)
     path, mode, record, pid = resolve_conversation(selection, environ)
     side_dir = layout.side_dir(path)
     depth = int(depth or 0)
@@ -277,5 +281,5 @@ def build_session(selection, environ, cwd, settings=None, needs_model=True, *, i
         cache_key="nagent-" + hashlib.sha256(os.path.basename(path).encode()).hexdigest()[:24],
         secrets=secrets, pid=pid, file_edit=record, warnings=warnings, depth=depth,
         environ=environ, cwd=cwd, key_names=key_names(rows), budget=caps,
-        mode=settings.mode,
+        mode=settings.mode, sandbox_roots=sandbox_roots,
     )

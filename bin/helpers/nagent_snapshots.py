@@ -27,6 +27,8 @@ Data contract:
   A phase is "start" (a turn's first), "action" (before an action that can change files: it
   opens the action, until the conversation's next entry), "after" (the action ended), "rewind"
   (before a rewind: it opens the rewind), "end" (closes a rewind, or an action a Ctrl-C cut).
+- `repeat_snapshot(store, previous, meta, now=None) -> entry`: the entry take_snapshot records
+  when nothing changed since `previous`, without running git (the caller knows nothing did).
 - `Limits` comes from settings.snapshots (`limits_of(settings)`).
 """
 import os
@@ -226,12 +228,27 @@ def take_snapshot(store, scope, limits, meta, now=None, record=True):
     files = changed_skipped
     if tree != previous.get("tree", EMPTY_TREE):
         files += len(adds) + len(removes) + len(force)
+    entry = _entry(meta, previous, tree, commit, files, count, skipped, now)
+    if record:
+        append_journal(store, entry)
+    return entry
+
+
+def repeat_snapshot(store, previous, meta, now=None):
+    """The entry `take_snapshot` records when nothing changed since `previous`, the store's last
+    entry, recorded without running git: for a caller that knows nothing changed
+    (nagent_tree_watch) and that `previous` is still the store's last entry and HEAD."""
+    entry = _entry(meta, previous, previous.get("tree", EMPTY_TREE), previous.get("commit"), 0,
+                   previous.get("count", 0), previous.get("skipped") or {}, now)
+    append_journal(store, entry)
+    return entry
+
+
+def _entry(meta, previous, tree, commit, files, count, skipped, now):
     entry = dict(meta, id=previous.get("id", 0) + 1, time=round(now or time.time(), 3), tree=tree,
                  commit=commit, files=files, count=count, pid=os.getpid())
     if skipped:
         entry["skipped"] = skipped
-    if record:
-        append_journal(store, entry)
     return entry
 
 

@@ -1,0 +1,237 @@
+"""A run's snapshots skip git status when nothing in the project changed (nagent_tree_watch).
+
+The watch (real inotify on a real tree) must say "changed" for every change git status would see
+(content, mode, time, names, new and moved-in directories and what is later written in them,
+the project's index and info/exclude, a write through another name of a hard-linked file) and
+may only say "unchanged" when nothing happened. The run (the real bin/nagent against the fake
+vendor, with a `git` on PATH that logs each call) then runs git status only when the watch saw
+something; where a sandboxed command could hide a change from it (a writable root holding the
+project), every snapshot runs git status as before.
+"""
+import os
+import shutil
+import stat
+import sys
+import unittest
+
+from base import HermeticTestCase
+from test_rewind import DONE, RewindRunCase, shell
+from unprivileged import outside_dir
+
+from nagent_tree_watch import NETWORK_FS, TreeWatch, remote_mounts
+
+LINUX = sys.platform.startswith("linux")
+HAVE_BWRAP = shutil.which("bwrap") is not None
+
+
+@unittest.skipUnless(LINUX, "inotify is Linux's")
+class TreeWatchTest(HermeticTestCase):
+    def setUp(self):
+        super().setUp()
+        self.root = os.path.join(self.cwd, "project")
+        os.makedirs(os.path.join(self.root, "src", "deep"))
+        self.write_file("project/src/a.py", "a = 1\n")
+        self.write_file("project/src/deep/b.py", "b = 1\n")
+        self.write_file("project/README", "read me\n")
+
+    def watch(self, **kwargs):
+        watch = TreeWatch.start(self.root, **kwargs)
+        self.assertIsNotNone(watch)
+        self.addCleanup(watch.close)
+        self.assertTrue(watch.changed())      # the first answer is always "changed"
+        self.assertFalse(watch.changed())
+        return watch
+
+    def path(self, *parts):
+        return os.path.join(self.root, *parts)
+
+    def assertSeen(self, watch, change, label):
+        change()
+        self.assertTrue(watch.changed(), label)
+        self.assertFalse(watch.changed(), label)   # each call starts a new interval
+
+    def test_every_kind_of_change_is_seen_and_quiet_is_quiet(self):
+        watch = self.watch()
+        with open(self.path("src", "a.py")) as handle:
+            handle.read()
+        os.listdir(self.path("src", "deep"))
+        os.stat(self.path("README"))
+        self.assertFalse(watch.changed(), "reading, listing and stat change nothing")
+
+        def append():
+            with open(self.path("src", "deep", "b.py"), "a") as handle:
+                handle.write("c = 2\n")
+
+        def rewrite_same_size():
+            with open(self.path("src", "a.py"), "r+") as handle:
+                handle.write("a = 2")
+        changes = {
+            "append in a nested directory": append,
+            "rewrite in place, same size": rewrite_same_size,
+            "chmod +x": lambda: os.chmod(self.path("README"), 0o755),
+            "touch": lambda: os.utime(self.path("README"), (1, 1)),
+            "truncate": lambda: os.truncate(self.path("src", "a.py"), 0),
+            "new file": lambda: self.write_file(self.path("new.txt"), "new\n"),
+            "rename": lambda: os.rename(self.path("new.txt"), self.path("src", "moved.txt")),
+            "delete": lambda: os.unlink(self.path("src", "moved.txt")),
+            "symlink": lambda: os.symlink("README", self.path("link")),
+            "mkdir": lambda: os.mkdir(self.path("empty")),
+            "rmdir": lambda: os.rmdir(self.path("empty")),
+        }
+        for label, change in changes.items():
+            self.assertSeen(watch, change, label)
+
+    def test_directories_that_appear_are_watched_before_the_next_answer(self):
+        watch = self.watch()
+        self.assertSeen(watch, lambda: os.makedirs(self.path("a", "b", "c")), "mkdir -p")
+        self.assertSeen(watch, lambda: self.write_file(self.path("a", "b", "c", "x"), "1"),
+                        "a file in a directory made since the watch started")
+        outside = os.path.join(self.cwd, "elsewhere")
+        self.write_file(os.path.join(outside, "sub", "y"), "1")
+        self.assertSeen(watch, lambda: os.rename(outside, self.path("moved-in")), "moved in")
+        self.assertSeen(watch, lambda: self.write_file(self.path("moved-in", "sub", "y"), "2"),
+                        "a file in a directory that was moved in")
+
+    def test_the_projects_index_and_info_exclude_are_watched(self):
+        git_dir = self.path(".git")
+        os.makedirs(os.path.join(git_dir, "objects", "ab"))
+        self.write_file(os.path.join(git_dir, "index"), "index 1")
+        watch = self.watch(user_git=git_dir)
+        self.assertSeen(watch, lambda: self.write_file(os.path.join(git_dir, "index"), "index 2"),
+                        "the project's index")
+        self.assertSeen(watch, lambda: os.mkdir(os.path.join(git_dir, "info")), "info/ made")
+        self.assertSeen(watch, lambda: self.write_file(os.path.join(git_dir, "info", "exclude"),
+                                                       "*.log\n"), "info/exclude")
+        self.write_file(os.path.join(git_dir, "objects", "ab", "cd"), "object")
+        self.assertFalse(watch.changed(), "git's objects are not the tree")
+
+    def test_a_write_through_another_name_of_a_hard_linked_file_is_seen(self):
+        outside = os.path.join(self.cwd, "outside")
+        os.makedirs(outside)
+        os.link(self.path("README"), os.path.join(outside, "readme-link"))
+        watch = self.watch()
+        with open(os.path.join(outside, "readme-link"), "a") as handle:
+            handle.write("changed from outside\n")
+        self.assertTrue(watch.changed(), "a link that existed when the watch started")
+        self.write_file(os.path.join(outside, "later"), "x\n")
+        self.assertSeen(watch, lambda: os.link(os.path.join(outside, "later"), self.path("later")),
+                        "a hard link made into the tree")
+        self.assertSeen(watch, lambda: self.write_file(os.path.join(outside, "later"), "y\n", "a"),
+                        "a write through the outside name of a link made during the run")
+
+    def test_an_overflowed_queue_answers_changed_from_then_on(self):
+        watch = self.watch()
+        folder = self.path("many")
+        os.mkdir(folder)
+        self.assertTrue(watch.changed())
+        limit = 16384
+        try:
+            with open("/proc/sys/fs/inotify/max_queued_events") as handle:
+                limit = int(handle.read())
+        except OSError:
+            pass
+        if limit > 50000:
+            self.skipTest(f"max_queued_events is {limit}")
+        for index in range(limit // 2 + 100):
+            name = os.path.join(folder, str(index))
+            open(name, "w").close()
+            os.unlink(name)
+        self.assertTrue(watch.changed())
+        self.assertTrue(watch.changed(), "after an overflow the watch cannot tell any more")
+
+    def test_a_tree_over_the_cap_is_not_watched(self):
+        for index in range(6):
+            os.makedirs(self.path("many", str(index)))
+        self.assertIsNone(TreeWatch.start(self.root, max_watches=5))
+        self.assertIsNotNone(self.watch(max_watches=50))
+
+    def test_git_internals_nested_repositories_and_links_are_not_followed(self):
+        os.makedirs(self.path("vendor", "lib", ".git", "objects"))
+        os.makedirs(os.path.join(self.cwd, "target"))
+        os.symlink(os.path.join(self.cwd, "target"), self.path("linked"))
+        watch = self.watch()
+        self.write_file(self.path("vendor", "lib", ".git", "objects", "x"), "1")
+        self.write_file(os.path.join(self.cwd, "target", "y"), "1")
+        self.assertFalse(watch.changed(), "a nested .git and a linked directory are not the tree")
+
+    def test_remote_filesystems_are_refused(self):
+        table = os.path.join(self.tmp, "mountinfo")
+        lines = ["22 1 0:1 / / rw - ext4 /dev/vda rw",
+                 "23 22 0:2 / /srv/nfs\\040share rw - nfs4 server:/x rw",
+                 "24 22 0:3 / /home/u/proj/mnt rw - fuse.sshfs host: rw",
+                 "25 22 0:4 / /home/u/other rw - 9p tag rw"]
+        with open(table, "w") as handle:
+            handle.write("\n".join(lines) + "\n")
+        self.assertEqual(remote_mounts("/srv/nfs share/p", table), [b"/srv/nfs share"])
+        self.assertEqual(remote_mounts("/home/u/proj", table), [b"/home/u/proj/mnt"])
+        self.assertEqual(remote_mounts("/home/u/otherwise", table), [])
+        self.assertEqual(remote_mounts("/home/u/other", table), [b"/home/u/other"])
+        self.assertIn("nfs", NETWORK_FS)
+
+
+class RunSkipsStatusTest(RewindRunCase):
+    """Counted git status runs of a real run (a `git` first on PATH logs its arguments)."""
+
+    def setUp(self):
+        super().setUp()
+        real = shutil.which("git", path=self.env.get("PATH"))
+        self.log = os.path.join(self.tmp, "git.log")
+        wrapper_dir = os.path.join(self.tmp, "gitlog")
+        os.makedirs(wrapper_dir)
+        wrapper = os.path.join(wrapper_dir, "git")
+        with open(wrapper, "w") as handle:
+            handle.write(f'#!/bin/sh\nfor a in "$@"; do [ "$a" = status ] && echo status >> '
+                         f'"{self.log}"; done\nexec "{real}" "$@"\n')
+        os.chmod(wrapper, stat.S_IRWXU)
+        self.env["PATH"] = wrapper_dir + os.pathsep + self.env["PATH"]
+
+    def statuses(self):
+        try:
+            with open(self.log) as handle:
+                count = len(handle.read().splitlines())
+        except FileNotFoundError:
+            count = 0
+        os.unlink(self.log) if count else None
+        return count
+
+    def test_quiet_actions_take_no_git_status_and_a_change_still_shows(self):
+        self.project({"a.py": "x = 1\n"})
+        self.statuses()
+        self.turn("look", shell("true"), shell("ls > /dev/null"), shell("cat a.py"))
+        quiet = self.statuses()
+        self.assertLessEqual(quiet, 2, "the turn's first snapshot, not one per action")
+        proc = self.turn("edit", shell("true"), shell("sed -i 's/1/2/' a.py"), args=("--events",))
+        self.assertIn('"file_change"', proc.stdout)
+        self.assertIn('"path":"a.py"', proc.stdout)
+        self.assertEqual(self.read("a.py"), "x = 2\n")
+        changes = self.command("--changes").stdout
+        self.assertIn("a.py", changes)
+
+    def sandboxed_turn(self, count):
+        for reply in (shell("true"),) * count + (DONE,):
+            self.fake.reply(reply)
+        proc = self.nagent("--conversation", self.CONVERSATION, "--shell-sandbox", "bwrap", "look")
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+
+    @unittest.skipUnless(HAVE_BWRAP, "bwrap not installed")
+    def test_a_sandbox_whose_writable_root_holds_the_project_runs_git_status_every_time(self):
+        # The project lies under the temp root the sandbox may write: a command there could link
+        # a project file to a name outside the project and write through it unseen by the watch.
+        self.assertTrue(self.cwd.startswith(("/tmp/", "/var/tmp/")), self.cwd)
+        self.project({"a.py": "x = 1\n"})
+        self.statuses()
+        self.sandboxed_turn(3)
+        self.assertGreaterEqual(self.statuses(), 6, "before and after each of three actions")
+
+    @unittest.skipUnless(HAVE_BWRAP, "bwrap not installed")
+    def test_a_sandboxed_project_outside_the_temp_roots_is_watched(self):
+        self.cwd = outside_dir(self)
+        os.chdir(self.cwd)
+        self.project({"a.py": "x = 1\n"})
+        self.statuses()
+        self.sandboxed_turn(3)
+        self.assertLessEqual(self.statuses(), 2)
+
+
+if __name__ == "__main__":
+    unittest.main()
