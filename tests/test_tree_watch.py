@@ -11,14 +11,15 @@ project), every snapshot runs git status as before.
 import os
 import shutil
 import stat
+import subprocess
 import sys
 import unittest
 
-from base import HermeticTestCase
+from base import HELPERS, HermeticTestCase
 from test_rewind import DONE, RewindRunCase, shell
 from unprivileged import outside_dir
 
-from nagent_tree_watch import NETWORK_FS, TreeWatch, remote_mounts
+from nagent_tree_watch import NETWORK_FS, TreeWatch, exposes_project, remote_mounts
 
 LINUX = sys.platform.startswith("linux")
 HAVE_BWRAP = shutil.which("bwrap") is not None
@@ -92,7 +93,7 @@ class TreeWatchTest(HermeticTestCase):
         self.assertSeen(watch, lambda: self.write_file(self.path("moved-in", "sub", "y"), "2"),
                         "a file in a directory that was moved in")
 
-    def test_the_projects_index_and_info_exclude_are_watched(self):
+    def test_the_projects_git_directory_is_watched_whole(self):
         git_dir = self.path(".git")
         os.makedirs(os.path.join(git_dir, "objects", "ab"))
         self.write_file(os.path.join(git_dir, "index"), "index 1")
@@ -102,8 +103,74 @@ class TreeWatchTest(HermeticTestCase):
         self.assertSeen(watch, lambda: os.mkdir(os.path.join(git_dir, "info")), "info/ made")
         self.assertSeen(watch, lambda: self.write_file(os.path.join(git_dir, "info", "exclude"),
                                                        "*.log\n"), "info/exclude")
-        self.write_file(os.path.join(git_dir, "objects", "ab", "cd"), "object")
-        self.assertFalse(watch.changed(), "git's objects are not the tree")
+        # A second name of a project file inside .git (the same mount: no EXDEV in a sandbox).
+        self.assertSeen(watch, lambda: os.link(self.path("README"),
+                                               os.path.join(git_dir, "objects", "ab", "x")),
+                        "a hard link made into .git")
+        self.assertSeen(watch, lambda: self.write_file(os.path.join(git_dir, "objects", "ab", "x"),
+                                                       "through .git\n", "a"),
+                        "a write through a name inside .git")
+
+    def test_a_replaced_git_directory_or_info_is_seen_from_then_on(self):
+        git_dir = self.path(".git")
+        os.makedirs(os.path.join(git_dir, "info"))
+        watch = self.watch(user_git=git_dir)
+        os.rename(git_dir, os.path.join(self.cwd, "old-git"))
+        os.makedirs(os.path.join(git_dir, "info"))
+        self.assertTrue(watch.changed())
+        self.assertSeen(watch, lambda: self.write_file(os.path.join(git_dir, "info", "exclude"),
+                                                       "a.py\n"), "the new .git's info/exclude")
+        elsewhere = os.path.join(self.cwd, "elsewhere-info")
+        os.makedirs(elsewhere)
+        shutil.rmtree(os.path.join(git_dir, "info"))
+        os.symlink(elsewhere, os.path.join(git_dir, "info"))
+        self.assertTrue(watch.changed())
+        self.write_file(os.path.join(elsewhere, "exclude"), "*\n")
+        self.assertTrue(watch.changed(), "info/ read through a link: the watch cannot tell now")
+        os.makedirs(os.path.join(self.tmp, "p2", "src"))
+        git_two = os.path.join(self.tmp, "p2", ".git")
+        os.makedirs(git_two)
+        os.symlink(elsewhere, os.path.join(git_two, "info"))
+        self.assertIsNone(TreeWatch.start(os.path.join(self.tmp, "p2"), git_two))
+
+    def test_whether_a_nested_repository_is_one_is_watched(self):
+        nested = self.path("vendor", "lib")
+        os.makedirs(os.path.join(nested, ".git", "objects"))
+        self.write_file(os.path.join(nested, ".git", "HEAD"), "ref: refs/heads/main\n")
+        self.write_file(os.path.join(nested, "data.txt"), "data\n")
+        watch = self.watch()
+        self.assertSeen(watch, lambda: os.rename(os.path.join(nested, ".git", "HEAD"),
+                                                 os.path.join(nested, ".git", "HEAD.off")),
+                        "the nested repository's HEAD moved away")
+        outside_repo = os.path.join(self.cwd, "outside-repo")
+        os.makedirs(outside_repo)
+        shutil.rmtree(os.path.join(nested, ".git"))
+        self.write_file(os.path.join(nested, ".git"), f"gitdir: {outside_repo}\n")
+        self.assertTrue(watch.changed())
+        self.assertTrue(watch.changed(), "a repository kept outside the tree: cannot tell")
+        self.assertIsNone(TreeWatch.start(self.root), "nor from the start")
+        self.write_file(os.path.join(nested, ".git"), "gitdir: ../../.git/modules/lib\n")
+        self.assertIsNotNone(self.watch(), "a submodule's gitfile inside the tree")
+
+    def test_a_root_moved_away_and_made_again_is_never_quiet(self):
+        watch = self.watch()
+        os.rename(self.root, self.root + ".bak")
+        os.makedirs(self.root)
+        self.assertTrue(watch.changed())
+        self.assertTrue(watch.changed(), "the path names another directory now")
+
+    def test_a_mount_over_a_directory_of_the_tree_is_seen(self):
+        probe = (f"import sys, subprocess; sys.path.insert(0, {HELPERS!r})\n"
+                 "from nagent_tree_watch import TreeWatch\n"
+                 f"watch = TreeWatch.start({self.root!r})\n"
+                 "print(watch.changed(), watch.changed())\n"
+                 f"subprocess.run(['mount', '-t', 'tmpfs', 'none', {self.path('src')!r}], check=True)\n"
+                 "print(watch.changed(), watch.changed())\n")
+        proc = subprocess.run(["unshare", "-rm", sys.executable, "-c", probe], capture_output=True,
+                              text=True, timeout=60)
+        if proc.returncode != 0 and ("unshare" in proc.stderr or "mount" in proc.stderr):
+            self.skipTest(f"no private mount namespace here: {proc.stderr.strip()[:200]}")
+        self.assertEqual(proc.stdout.split(), ["True", "False", "True", "True"], proc.stderr)
 
     def test_a_write_through_another_name_of_a_hard_linked_file_is_seen(self):
         outside = os.path.join(self.cwd, "outside")
@@ -145,14 +212,12 @@ class TreeWatchTest(HermeticTestCase):
         self.assertIsNone(TreeWatch.start(self.root, max_watches=5))
         self.assertIsNotNone(self.watch(max_watches=50))
 
-    def test_git_internals_nested_repositories_and_links_are_not_followed(self):
-        os.makedirs(self.path("vendor", "lib", ".git", "objects"))
+    def test_a_linked_directory_is_not_followed(self):
         os.makedirs(os.path.join(self.cwd, "target"))
         os.symlink(os.path.join(self.cwd, "target"), self.path("linked"))
         watch = self.watch()
-        self.write_file(self.path("vendor", "lib", ".git", "objects", "x"), "1")
         self.write_file(os.path.join(self.cwd, "target", "y"), "1")
-        self.assertFalse(watch.changed(), "a nested .git and a linked directory are not the tree")
+        self.assertFalse(watch.changed(), "git status records the link, not what it points to")
 
     def test_remote_filesystems_are_refused(self):
         table = os.path.join(self.tmp, "mountinfo")
@@ -167,6 +232,29 @@ class TreeWatchTest(HermeticTestCase):
         self.assertEqual(remote_mounts("/home/u/otherwise", table), [])
         self.assertEqual(remote_mounts("/home/u/other", table), [b"/home/u/other"])
         self.assertIn("nfs", NETWORK_FS)
+        with open(table, "w") as handle:      # malformed escapes read as text, not an error
+            handle.write("22 1 0:1 / / rw - ext4 /dev/vda rw\n23 22 0:2 / /x\\9 rw - nfs s rw\n")
+        self.assertEqual(remote_mounts("/x\\9/p", table), [b"/x\\9"])
+
+    def test_a_writable_root_that_shows_the_project_from_above_exposes_it(self):
+        table = os.path.join(self.tmp, "mountinfo")
+        project = os.path.join(self.root, "app")
+        os.makedirs(project)
+        info = os.stat(project)
+        device = f"{os.major(info.st_dev)}:{os.minor(info.st_dev)}"
+        lines = [f"22 1 {device} / / rw - ext4 /dev/vda rw",
+                 f"30 22 {device} {self.root} /data rw - ext4 /dev/vda rw",     # /data shows the tree
+                 f"31 22 {device} {project} /srv/app rw - ext4 /dev/vda rw",    # exactly the project
+                 "32 22 0:99 / /scratch rw - tmpfs tmpfs rw"]
+        with open(table, "w") as handle:
+            handle.write("\n".join(lines) + "\n")
+        self.assertTrue(exposes_project(project, [project, "/data"], table),
+                        "/data/app is the project: /data/x is on its mount, outside it")
+        self.assertFalse(exposes_project(project, [project, "/srv/app", "/scratch"], table))
+        self.assertTrue(exposes_project(project, [self.root], table), "a root holding the project")
+        self.assertFalse(exposes_project(project, [os.path.join(project, "sub")], table))
+        self.assertTrue(exposes_project(project, [project], os.path.join(self.tmp, "missing")),
+                        "no mount table: exposed")
 
 
 class RunSkipsStatusTest(RewindRunCase):

@@ -54,7 +54,7 @@ from nagent_errors import NagentError
 from nagent_file_change import between
 from nagent_paths import within
 from nagent_shadow_git import parse_raw_diff, read_head
-from nagent_tree_watch import TreeWatch
+from nagent_tree_watch import TreeWatch, exposes_project
 
 CHANGING_KINDS = frozenset({"shell", "write", "file-patch", "replace", "file-edit", "agent"})
 LOCK_WAIT = 30.0
@@ -113,14 +113,14 @@ class RunSnapshots:
             self.watch = TreeWatch.start(self.scope.root, self.scope.user_git)
 
     def _watchable(self):
-        """A sandboxed command cannot write through a hard link it made from a project file to
-        a name outside the project (what a directory watch cannot see) when every writable root
-        is a bind mount of its own, inside the project or beside it: link() across mounts fails
-        (EXDEV). A writable root that holds the project (a project under /tmp) would allow it.
-        Unsandboxed, a command can rewrite the store itself: the snapshots hold against
-        mistakes there, and the watch sees every change a mistake makes through the tree."""
+        """Unsandboxed, a command can rewrite the store itself: the snapshots hold against
+        mistakes there, and the watch sees every change a mistake makes through the tree. A
+        sandboxed command must not reach a project file under a name outside the project on
+        one mount (nagent_tree_watch.exposes_project), where it could hard-link the file out of
+        the tree and write through the link unseen; every writable root is a bind mount of its
+        own, and link() across mounts fails (EXDEV)."""
         roots = self.session.sandbox_roots
-        return roots is None or not any(within(self.scope.root, root) for root in roots)
+        return roots is None or not exposes_project(self.scope.root, roots)
 
     def _snapshot(self, meta):
         """take_snapshot, or its repeat when the watch saw nothing since this run's last entry,
@@ -263,16 +263,18 @@ class RunSnapshots:
         """Close what is still open, and keep the store bounded."""
         if not self.enabled:
             return
-        self._flush()
-        self._first()
-        self._flush()
-        if self.enabled and self.store is not None:
-            if self.ended:
-                self._close()
-                self._flush()
-            self._take("end" if self.open else None, maintain=True)
-        self._flush()
-        self._unwatch()
+        try:
+            self._flush()
+            self._first()
+            self._flush()
+            if self.enabled and self.store is not None:
+                if self.ended:
+                    self._close()
+                    self._flush()
+                self._take("end" if self.open else None, maintain=True)
+            self._flush()
+        finally:
+            self._unwatch()
 
     def _unwatch(self):
         if self.watch is not None:

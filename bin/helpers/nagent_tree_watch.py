@@ -3,34 +3,49 @@ inotify): a run's snapshot then repeats the last one instead of running git stat
 
 Data contract:
 - `TreeWatch.start(root, user_git=None, max_watches=MAX_WATCHES) -> TreeWatch | None`: watches
-  every directory under `root` (real path) that is not inside a `.git`, the project's own
-  `user_git` directory and its `info/` (the index and exclude a snapshot reads), and the inode
-  of every regular file with more than one link (a write through another of its names reaches
-  no directory watch). None when it cannot promise that: no inotify here (not Linux, no
-  libc entry), a tree on a filesystem whose changes can come from elsewhere (NETWORK_FS, FUSE),
-  more than `max_watches` watches needed, or any error while setting up.
+  every directory under `root` (a real path), `.git` directories included (their contents
+  decide what git status sees: whether a nested repository is one, the project's index and
+  info/exclude), and the inode of every regular file with more than one link (a write through
+  another of its names reaches no directory watch). None when it cannot promise what `changed`
+  promises: no inotify here (not Linux, no libc entry), the root or a mount below it on a
+  filesystem whose changes can come from elsewhere (NETWORK_FS, FUSE), a `.git` below the root
+  that is a link or a file naming a repository outside the root, a `user_git/info` that is
+  not a directory, more than `max_watches` watches, or any error while setting up.
 - `watch.changed() -> bool`: True when anything happened in the tree since the watch started or
   since the last call (every call drains the queue and starts a new interval), or when the
-  watch can no longer tell (the kernel's queue overflowed, a read failed: from then on always
-  True). A directory that appears is watched, and walked, before this returns; a regular file
-  that appears with more than one link gets an inode watch. So: when it returns False, the tree
-  is as it was when the previous call returned, as far as git status could see it.
+  watch can no longer tell: the kernel's queue overflowed, the root was moved, deleted or is
+  no longer the directory at its path, this process's mount table changed (a mount over a
+  directory of the tree makes no event), one of the conditions `start` refuses arose, a read
+  failed. From then on it is always True. A directory that appears is watched, and walked,
+  before this returns; a regular file that appears with more than one link gets an inode watch.
+  So: when it returns False, the tree is as it was when the previous call returned, as far as
+  git status could see it.
 - `watch.close()`.
-Why it holds: a directory's watch is added before it is listed, so a change in it is either in
-the listing or an event; a directory created later is an event in its watched parent, and is
-walked before the next snapshot that its event forces. The caller takes a real snapshot after
-any call that returned True, and repeats the last one only after a False.
-What it cannot see: a write through a hard link created to a name outside the tree after the
-walk (the link-count change reaches only an inode watch). The caller keeps it off where a shell
-command could do that and the snapshots are meant to hold against it (see nagent_run_snapshots).
+- `exposes_project(root, writable, mountinfo) -> bool`: whether a command that may write the
+  directories `writable` (a sandbox's roots) can reach a file of `root` under a name outside
+  `root` on one mount: through a root that holds the project, or a mount that shows the
+  project's filesystem from an ancestor of the project (a bind of /data while /home is /data/home).
+  There it could hard-link a project file out of the tree and write through the link. True
+  when the mount table cannot be read.
+Why `changed` holds: a directory's watch is added before it is listed, so a change in it is
+either in the listing or an event; a directory created later is an event in its watched parent,
+and is walked before the next snapshot that its event forces. The caller takes a real snapshot
+after any call that returned True, and repeats the last one only after a False.
+What it cannot see: a write through a hard link made from a project file to a name outside the
+tree after the walk (the link-count change reaches only an inode watch), and writes through a
+shared mapping by a process that outlives its action. The caller keeps the watch off where a
+sandboxed command could do the first (`exposes_project`); unsandboxed, a command can rewrite the
+snapshot store itself, so there the snapshots hold against mistakes, not against the model.
 """
 import ctypes
 import os
+import select
 import stat
 import struct
 import threading
 
 MAX_WATCHES = 8192
+MOUNTINFO = "/proc/self/mountinfo"
 NETWORK_FS = frozenset({"nfs", "nfs4", "cifs", "smb3", "smbfs", "9p", "virtiofs", "ceph",
                         "glusterfs", "afs", "lustre", "gpfs", "beegfs", "ncpfs", "coda"})
 
@@ -43,6 +58,7 @@ DIR_MASK = (IN_MODIFY | IN_ATTRIB | IN_CLOSE_WRITE | IN_MOVED_FROM | IN_MOVED_TO
             | IN_DELETE | IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR | IN_DONT_FOLLOW)
 FILE_MASK = IN_MODIFY | IN_ATTRIB | IN_CLOSE_WRITE | IN_DELETE_SELF | IN_DONT_FOLLOW
 EVENT = struct.Struct("iIII")
+GITFILE_LIMIT = 4096
 
 
 class Unwatchable(Exception):
@@ -59,11 +75,13 @@ def _libc():
 
 
 def _unescape(field):
-    # /proc/self/mountinfo writes space, tab, newline and backslash as \ooo.
+    # The kernel writes space, tab, newline and backslash as \ooo (three octal digits).
     out, index = bytearray(), 0
     while index < len(field):
-        if field[index:index + 1] == b"\\" and field[index + 1:index + 4].isdigit():
-            out.append(int(field[index + 1:index + 4], 8))
+        code = field[index + 1:index + 4]
+        if field[index:index + 1] == b"\\" and len(code) == 3 and all(c in b"01234567" for c in code) \
+                and int(code, 8) < 256:
+            out.append(int(code, 8))
             index += 4
         else:
             out += field[index:index + 1]
@@ -71,38 +89,103 @@ def _unescape(field):
     return bytes(out)
 
 
-def remote_mounts(root, mountinfo=b"/proc/self/mountinfo"):
-    """Mount points at or above `root`'s (the one holding it) and below it, whose filesystem
-    can change without this kernel seeing it (NETWORK_FS, fuse*); Unwatchable when the table
-    cannot be read."""
+def _inside(path, root, inclusive=True):
+    return (inclusive and path == root) or path.startswith(root.rstrip(b"/") + b"/")
+
+
+def read_mounts(mountinfo=MOUNTINFO):
+    """[(device "major:minor", root within its filesystem, mount point, filesystem type)] of
+    this process's mount table, bytes; Unwatchable when it cannot be read or parsed."""
     try:
         with open(mountinfo, "rb") as handle:
             table = handle.read()
     except OSError:
         raise Unwatchable("no mount table") from None
-    root = os.fsencode(root)
-    holding, found = (b"", b""), []
+    mounts = []
     for line in table.splitlines():
         fields, _, tail = line.partition(b" - ")
         parts, kinds = fields.split(b" "), tail.split(b" ")
-        if len(parts) < 5 or not kinds:
+        if len(parts) < 5 or not kinds or not kinds[0]:
             raise Unwatchable("unreadable mount table")
-        point, kind = _unescape(parts[4]), kinds[0]
-        remote = kind.decode("ascii", "replace") in NETWORK_FS or kind.startswith(b"fuse")
-        if root == point or root.startswith(point.rstrip(b"/") + b"/"):
-            if len(point) >= len(holding[0]):
-                holding = (point, remote)
-        elif point.startswith(root.rstrip(b"/") + b"/") and remote:
-            found.append(point)
-    return ([holding[0]] if holding[1] else []) + found
+        mounts.append((parts[2], _unescape(parts[3]), _unescape(parts[4]), kinds[0]))
+    return mounts
+
+
+def _device(path):
+    info = os.stat(path)
+    return b"%d:%d" % (os.major(info.st_dev), os.minor(info.st_dev))
+
+
+def _holding(mounts, path, device=None):
+    """The mount `path` lies on: the last-mounted of the longest mount points holding it (of
+    `device`, when given)."""
+    found = None
+    for mount in mounts:
+        if _inside(path, mount[2]) and (device is None or mount[0] == device):
+            if found is None or len(mount[2]) >= len(found[2]):
+                found = mount
+    return found
+
+
+def _remote(kind):
+    return kind.decode("ascii", "replace") in NETWORK_FS or kind.startswith(b"fuse")
+
+
+def remote_mounts(root, mountinfo=MOUNTINFO):
+    """Mount points of the root's filesystem and below it whose filesystem can change without
+    this kernel seeing it (NETWORK_FS, fuse*); Unwatchable when the table cannot be read."""
+    mounts = read_mounts(mountinfo)
+    root = os.fsencode(root)
+    try:
+        holding = _holding(mounts, root, _device(root))
+    except OSError:
+        holding = _holding(mounts, root)
+    if holding is None:
+        raise Unwatchable("the root's mount is not in the mount table")
+    return ([holding[2]] if _remote(holding[3]) else []) + [
+        mount[2] for mount in mounts if _inside(mount[2], root, inclusive=False) and _remote(mount[3])]
+
+
+def _region(mount, path):
+    """Where `path` (on `mount`) lies within the mount's filesystem."""
+    rest = path[len(mount[2].rstrip(b"/")):].lstrip(b"/")
+    return mount[1].rstrip(b"/") + b"/" + rest if rest else mount[1]
+
+
+def exposes_project(root, writable, mountinfo=MOUNTINFO):
+    try:
+        mounts = read_mounts(mountinfo)
+        root = os.fsencode(root)
+        device = _device(root)
+        home = _holding(mounts, root, device)
+    except (Unwatchable, OSError):
+        return True
+    if home is None:
+        return True
+    project = _region(home, root)
+    for top in (os.fsencode(path) for path in writable):
+        if _inside(top, root):
+            continue          # inside the project: every name it can make is in the tree
+        if _inside(root, top, inclusive=False):
+            return True       # it holds the project
+        holding = _holding(mounts, top)
+        shown = [(holding, _region(holding, top))] if holding else []
+        shown += [(mount, mount[1]) for mount in mounts if _inside(mount[2], top, inclusive=False)]
+        if any(mount[0] == device and _inside(project, region, inclusive=False)
+               for mount, region in shown):
+            return True
+    return False
 
 
 class TreeWatch:
-    def __init__(self, libc, fd, root, max_watches):
+    def __init__(self, libc, fd, root, user_git, max_watches):
         self.libc, self.fd, self.root, self.max_watches = libc, fd, root, max_watches
-        self.paths = {}           # watch descriptor -> (kind, path): "dir", "git" or "file"
-        self.dirty = True         # the first call always answers True
+        self.user_git = user_git      # bytes or None: the project's own .git directory
+        self.paths = {}               # watch descriptor -> (kind, path): "dir" or "file"
+        self.dirty = True             # the first call always answers True
         self.broken = False
+        self.identity = None          # (st_dev, st_ino) of the root when the watch started
+        self.mount_poll = self.mount_file = None
 
     @classmethod
     def start(cls, root, user_git=None, max_watches=MAX_WATCHES):
@@ -112,30 +195,38 @@ class TreeWatch:
         try:
             if remote_mounts(root):
                 return None
-        except Unwatchable:
+        except (Unwatchable, OSError):
             return None
         fd = libc.inotify_init1(IN_NONBLOCK | IN_CLOEXEC)
         if fd < 0:
             return None
-        watch = cls(libc, fd, os.fsencode(root), max_watches)
+        watch = cls(libc, fd, os.fsencode(root), os.fsencode(user_git) if user_git else None,
+                    max_watches)
         try:
+            watch._watch_mounts()
+            info = os.stat(watch.root)
+            watch.identity = (info.st_dev, info.st_ino)
             watch._walk(watch.root)
-            if user_git:
-                git_dir = os.fsencode(user_git)
-                watch._add(git_dir, DIR_MASK, "git")
-                watch._add(os.path.join(git_dir, b"info"), DIR_MASK, "git", missing_ok=True)
-        except (Unwatchable, OSError):
+            watch._check_git_info()
+        except (Unwatchable, OSError, ValueError):
             watch.close()
             return None
         return watch
 
-    def _add(self, path, mask, kind="dir", missing_ok=False):
+    def _watch_mounts(self):
+        # A change to this process's mount table wakes a poller with POLLPRI (proc(5)).
+        self.mount_file = open(MOUNTINFO, "rb")
+        self.mount_file.read()
+        self.mount_poll = select.poll()
+        self.mount_poll.register(self.mount_file.fileno(), select.POLLPRI | select.POLLERR)
+
+    def _add(self, path, mask, kind="dir"):
         if len(self.paths) >= self.max_watches:
             raise Unwatchable("too many directories to watch")
         wd = self.libc.inotify_add_watch(self.fd, path, ctypes.c_uint32(mask))
         if wd < 0:
             error = ctypes.get_errno()
-            if missing_ok or error in (2, 20):   # ENOENT, ENOTDIR: gone or replaced meanwhile
+            if error in (2, 20):   # ENOENT, ENOTDIR: gone or replaced meanwhile: an event says so
                 self.dirty = True
                 return None
             raise Unwatchable(os.strerror(error))
@@ -143,8 +234,8 @@ class TreeWatch:
         return wd
 
     def _walk(self, top):
-        """Watch `top` and every directory under it (not entering .git), each before listing
-        it; an inode watch on each regular file with more than one link."""
+        """Watch `top` and every directory under it, each before listing it; an inode watch on
+        each regular file with more than one link; `.git` entries checked."""
         pending = [top]
         while pending:
             folder = pending.pop()
@@ -156,9 +247,9 @@ class TreeWatch:
                 self.dirty = True
                 continue
             for entry in entries:
-                if entry.name == b".git":
-                    continue
                 try:
+                    if entry.name == b".git" and folder != self.root:
+                        self._check_nested_git(entry.path)
                     if entry.is_dir(follow_symlinks=False):
                         pending.append(entry.path)
                     elif entry.is_file(follow_symlinks=False):
@@ -169,6 +260,41 @@ class TreeWatch:
     def _file(self, path, info):
         if stat.S_ISREG(info.st_mode) and info.st_nlink > 1:
             self._add(path, FILE_MASK, "file")
+
+    def _check_nested_git(self, path):
+        """A nested repository is one while its `.git` is valid: a `.git` that is a link, or a
+        file naming a repository outside the tree, could change that from outside."""
+        try:
+            info = os.lstat(path)
+        except FileNotFoundError:
+            return
+        if stat.S_ISDIR(info.st_mode):
+            return
+        if not stat.S_ISREG(info.st_mode):
+            raise Unwatchable("a .git that is not a directory or a file")
+        with open(path, "rb") as handle:
+            text = handle.read(GITFILE_LIMIT)
+        target = text.strip()[len(b"gitdir:"):].strip() if text.startswith(b"gitdir:") else None
+        if target is None:
+            return            # not a repository: git enters the directory, and it is watched
+        real = os.path.realpath(os.path.join(os.path.dirname(path), target))
+        if not _inside(real, self.root, inclusive=False):
+            raise Unwatchable("a nested repository kept outside the tree")
+
+    def _check_git_info(self):
+        """The project's own `.git` and its `info` are read through their names by the snapshot
+        (index, info/exclude): they must stay directories."""
+        if self.user_git is None:
+            return
+        for path, required in ((self.user_git, True), (os.path.join(self.user_git, b"info"), False)):
+            try:
+                mode = os.lstat(path).st_mode
+            except FileNotFoundError:
+                if required:
+                    raise Unwatchable("the project's .git is gone") from None
+                continue
+            if not stat.S_ISDIR(mode):
+                raise Unwatchable("the project's .git or .git/info is not a directory")
 
     def _appeared(self, path, is_dir):
         try:
@@ -191,11 +317,16 @@ class TreeWatch:
                 if not data:
                     break
                 self._events(data)
-        except (Unwatchable, OSError):
+            if self.mount_poll.poll(0):
+                raise Unwatchable("the mount table changed")
+            info = os.stat(self.root)
+            if (info.st_dev, info.st_ino) != self.identity:
+                raise Unwatchable("the root is another directory now")
+        except (Unwatchable, OSError, ValueError):
             self.broken = True
             return True
         dirty, self.dirty = self.dirty, False
-        return dirty or self.broken
+        return dirty
 
     def _events(self, data):
         offset = 0
@@ -206,19 +337,28 @@ class TreeWatch:
             self.dirty = True
             if mask & IN_Q_OVERFLOW:
                 raise Unwatchable("the event queue overflowed")
+            kind, folder = self.paths.get(wd, (None, None))
+            if folder == self.root and mask & (IN_DELETE_SELF | IN_MOVE_SELF | IN_IGNORED):
+                raise Unwatchable("the root was moved or deleted")
             if mask & IN_IGNORED:
                 self.paths.pop(wd, None)
                 continue
-            kind, folder = self.paths.get(wd, (None, None))
-            if not name or not mask & (IN_CREATE | IN_MOVED_TO):
+            if kind != "dir" or not name:
                 continue
-            if kind == "dir" and name != b".git":
-                self._appeared(os.path.join(folder, name), bool(mask & IN_ISDIR))
-            elif kind == "git" and name == b"info" and mask & IN_ISDIR:
-                self._add(os.path.join(folder, name), DIR_MASK, "git", missing_ok=True)
+            path = os.path.join(folder, name)
+            if name == b".git" and folder != self.root:
+                self._check_nested_git(path)
+            if self.user_git is not None and path in (self.user_git,
+                                                      os.path.join(self.user_git, b"info")):
+                self._check_git_info()
+            if mask & (IN_CREATE | IN_MOVED_TO):
+                self._appeared(path, bool(mask & IN_ISDIR))
 
     def close(self):
         fd, self.fd = self.fd, None
+        if self.mount_file is not None:
+            self.mount_file.close()
+            self.mount_file = None
         if fd is not None:
             # Closing waits for the kernel to tear the watches down (0.1-15 ms measured): in a
             # thread, off the run's way to its answer.
