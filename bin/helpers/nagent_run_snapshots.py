@@ -31,7 +31,7 @@ module then: neither it nor a snapshot delays the first request); a no-op when
   cut short), then keeps the store bounded (nagent_snapshot_retention.maintain: prune daily,
   git gc when due).
 - A snapshot runs git status only when something may have changed: with a TreeWatch over the
-  project (nagent_tree_watch; set up with the store, while the first request is out) that saw
+  project (nagent_tree_watch; set up in a thread at the run's first changing action) that saw
   nothing since this run's last snapshot, which is still the store's last entry, the snapshot
   repeats it (nagent_snapshots.repeat_snapshot) without running git. Not where a sandboxed
   command could hide a change from the watch (`_watchable`), nor when inotify cannot promise it.
@@ -98,6 +98,8 @@ class RunSnapshots:
         self.off = None          # why snapshots stopped for this run
         self.outbox = []         # (kind, fields) to emit on the run's thread
         self.watch = None        # nagent_tree_watch.TreeWatch over the project, when it can tell
+        self.watching = None     # the thread setting it up (its result in self.started_watch)
+        self.started_watch = None
         self.last = None         # the journal entry this run recorded last
 
     # -- taking one -----------------------------------------------------------------
@@ -109,8 +111,26 @@ class RunSnapshots:
             self.off = f"no snapshots for --rewind here: {self.scope.refused}"
             return
         self.store = store_lib.open_store(self.scope.root, environ, keys)
-        if self._watchable():
-            self.watch = TreeWatch.start(self.scope.root, self.scope.user_git)
+
+    def _start_watch(self):
+        """Set up the tree watch in a thread, at the run's first changing action: a run without
+        one never pays for it (nor for its teardown, which the kernel makes wait an RCU grace
+        period, 5-20 ms, when watches exist). It is used from the first snapshot after it is
+        ready; its first answer is "changed", so that snapshot is a full one."""
+        if self.watching is not None or self.store is None:
+            return
+        scope = self.scope
+
+        def start():
+            if self._watchable():
+                self.started_watch = TreeWatch.start(scope.root, scope.user_git)
+        self.watching = threading.Thread(target=start, name="nagent-tree-watch", daemon=True)
+        self.watching.start()
+
+    def _ready_watch(self):
+        if self.watch is None and self.watching is not None and not self.watching.is_alive():
+            self.watch, self.started_watch = self.started_watch, None
+        return self.watch
 
     def _watchable(self):
         """Unsandboxed, a command can rewrite the store itself: the snapshots hold against
@@ -125,7 +145,8 @@ class RunSnapshots:
     def _snapshot(self, meta):
         """take_snapshot, or its repeat when the watch saw nothing since this run's last entry,
         which is still the store's last (no other run, rewind or prune wrote since) and HEAD."""
-        quiet = self.watch is not None and not self.watch.changed()  # drained either way
+        watch = self._ready_watch()
+        quiet = watch is not None and not watch.changed()   # drained either way
         last = self.last
         if quiet and last is not None:
             latest = store_lib.last_entry(self.store)
@@ -224,6 +245,7 @@ class RunSnapshots:
             return None
         if action.kind == "write" and not self._in_project(action.attr("path", "")):
             return None
+        self._start_watch()
         if self.ended:
             entry = self._close("action", action.kind, summary)
         else:
@@ -277,6 +299,10 @@ class RunSnapshots:
             self._unwatch()
 
     def _unwatch(self):
-        if self.watch is not None:
-            self.watch.close()
-            self.watch = None
+        if self.watching is not None:
+            self.watching.join()
+            self.watching = None
+        for watch in (self.watch, self.started_watch):
+            if watch is not None:
+                watch.close()
+        self.watch = self.started_watch = None
