@@ -26,7 +26,11 @@ With --runs N every figure is the minimum over N runs (the least disturbed by ot
 unpacked `git archive` of the base commit), one row each, so both see the same load.
 `--profile DIR` runs nagent under cProfile, one .prof file per run in DIR.
 
-Usage: python3 benchmarks/turns.py [--runs N] [--compare DIR] [--profile DIR] [provider ...]
+`--project FILES` runs in a committed git project of FILES files (what a snapshot's git status
+looks at) instead of a directory of three notes files.
+
+Usage: python3 benchmarks/turns.py [--runs N] [--compare DIR] [--profile DIR] [--project FILES]
+[--latency MS] [provider ...]
 (default: openai anthropic google). `main(argv) -> [row dicts]` for benchmarks/run_all.py.
 """
 import argparse
@@ -94,7 +98,22 @@ def canonical_messages(body):
     return json.dumps(pairs, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 
-def run_once(provider, snapshots=True, turns=TURNS, repo=REPO, profile=None, latency=0.0):
+def populate(cwd, files):
+    """A committed git project of `files` small source files, 100 to a directory, around the
+    notes files: what a snapshot's `git status` has to look at in a real project."""
+    for index in range(files):
+        folder = os.path.join(cwd, "src", f"pkg{index // 100:03d}")
+        os.makedirs(folder, exist_ok=True)
+        with open(os.path.join(folder, f"mod{index % 100:02d}.py"), "w", encoding="utf-8") as handle:
+            handle.write(f"VALUE = {index}\n")
+    git = ["git", "-c", "user.name=bench", "-c", "user.email=bench@localhost", "-C", cwd]
+    env = dict(os.environ, GIT_CONFIG_GLOBAL=os.devnull, GIT_CONFIG_NOSYSTEM="1")
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "project"]):
+        subprocess.run(git + args, check=True, env=env, capture_output=True)
+
+
+def run_once(provider, snapshots=True, turns=TURNS, repo=REPO, profile=None, latency=0.0,
+             project=0):
     root, home, cwd, config = make_workspace(
         "nagent-bench-turns-", {"provider": provider, "retry": {"base_delay": 0, "max_delay": 0},
                                 "snapshots": {"enabled": snapshots}})
@@ -103,6 +122,8 @@ def run_once(provider, snapshots=True, turns=TURNS, repo=REPO, profile=None, lat
         for index in range(3):
             with open(os.path.join(cwd, f"notes-{index}.txt"), "w", encoding="utf-8") as handle:
                 handle.write(f"notes file {index}\n" * 20)
+        if project:
+            populate(cwd, project)
         env = clean_environ()
         env.update(fake.env())
         env.update(HOME=home, NAGENT_CONFIG=config, NAGENT_NO_SPINNER="1", TMPDIR=root)
@@ -169,7 +190,7 @@ def run_once(provider, snapshots=True, turns=TURNS, repo=REPO, profile=None, lat
     return row
 
 
-def measure(provider, runs=1, repos=(REPO,), profile=None, latency=0.0):
+def measure(provider, runs=1, repos=(REPO,), profile=None, latency=0.0, project=0):
     """One row per checkout in `repos`: each figure the minimum over `runs` alternating runs of a
     20-turn and a 1-turn session (per_turn_ms from the two totals)."""
     samples = {repo: [] for repo in repos}
@@ -177,8 +198,8 @@ def measure(provider, runs=1, repos=(REPO,), profile=None, latency=0.0):
         for index, repo in enumerate(repos):
             prof = (os.path.join(profile, f"{provider}-{index}-{number}.prof")
                     if profile else None)
-            long = run_once(provider, repo=repo, profile=prof, latency=latency)
-            short = run_once(provider, turns=1, repo=repo, latency=latency)
+            long = run_once(provider, repo=repo, profile=prof, latency=latency, project=project)
+            short = run_once(provider, turns=1, repo=repo, latency=latency, project=project)
             long["per_turn_ms"] = round((long["total_s"] - short["total_s"]) * 1000 / (TURNS - 1)
                                         - latency * 1000, 1)
             long["one_turn_s"] = short["total_s"]
@@ -224,6 +245,9 @@ def main(argv=None):
                         help="the fake answers each request after MS ms, as a model takes time "
                              "(the gaps exclude it, and per_turn_ms subtracts it: set-up started "
                              "while a request is in flight shows)")
+    parser.add_argument("--project", type=int, default=0, metavar="FILES",
+                        help="run in a committed git project of FILES source files (100 to a "
+                             "directory) instead of a bare directory of three notes files")
     parser.add_argument("providers", nargs="*")
     args = parser.parse_args(list(argv or ()))
     repos = (REPO, os.path.realpath(args.compare)) if args.compare else (REPO,)
@@ -234,7 +258,8 @@ def main(argv=None):
     for provider in args.providers or PROVIDERS:
         for repo in repos:   # writes the bytecode caches; unmeasured
             run_once(provider, turns=1, repo=repo)
-        rows += measure(provider, args.runs, repos, args.profile, args.latency / 1000)
+        rows += measure(provider, args.runs, repos, args.profile, args.latency / 1000,
+                        args.project)
     print_table(rows)
     return rows
 
