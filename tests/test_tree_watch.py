@@ -8,6 +8,7 @@ vendor, with a `git` on PATH that logs each call) then runs git status only when
 something; where a sandboxed command could hide a change from it (a writable root holding the
 project), every snapshot runs git status as before.
 """
+import json
 import os
 import shutil
 import stat
@@ -320,6 +321,34 @@ class RunSkipsStatusTest(RewindRunCase):
         self.statuses()
         self.sandboxed_turn(3)
         self.assertLessEqual(self.statuses(), 3)
+
+
+class SnapshotErrorTest(RewindRunCase):
+    def test_a_snapshot_that_fails_unexpectedly_turns_snapshots_off_and_the_run_goes_on(self):
+        # A hand-damaged journal whose last entry has a count that is not a number: the turn's
+        # first snapshot (in a thread, while the model works) fails on it, and so would the
+        # action's. Before: a traceback from the thread, then the run died of the same error.
+        self.project({"a.py": "x = 1\n"})
+        self.turn("first", shell("true"))
+        journal = os.path.join(self.store_path(), "journal")
+        with open(journal, encoding="utf-8") as handle:
+            lines = handle.read().splitlines()
+        index = max(i for i, line in enumerate(lines) if '"tree"' in line)
+        last = json.loads(lines[index])
+        last["count"] = "many"
+        lines[index] = json.dumps(last)
+        with open(journal, "w", encoding="utf-8") as handle:
+            handle.write("\n".join(lines) + "\n")
+        for reply in (shell("sed -i 's/1/2/' a.py"), DONE):
+            self.fake.reply(reply)
+        proc = self.nagent("--conversation", self.CONVERSATION, "--events", "again")
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertNotIn("Traceback", proc.stderr)
+        notes = [json.loads(line) for line in proc.stdout.splitlines()
+                 if '"type":"note"' in line]
+        self.assertTrue(any("snapshots off for the rest of this run" in note["text"]
+                            for note in notes), proc.stdout)
+        self.assertEqual(self.read("a.py"), "x = 2\n")
 
 
 if __name__ == "__main__":

@@ -177,8 +177,12 @@ class RunSnapshots:
                                               since["tree"], entry["tree"])
                 if maintain:
                     retention.maintain(self.store, self.limits, time.time())
-        except (NagentError, OSError) as error:
-            what = error.line()[len("Error: "):] if isinstance(error, NagentError) else str(error)
+        except Exception as error:   # noqa: BLE001 - a snapshot never stops the run (contract)
+            # Also what no check foresaw (a hand-damaged journal entry): said, not lost in the
+            # thread that took the turn's first snapshot.
+            what = (error.line()[len("Error: "):] if isinstance(error, NagentError) else
+                    str(error) if isinstance(error, OSError) else
+                    f"{type(error).__name__}: {error}")
             self.off = f"snapshots off for the rest of this run: {what}"
             self.store = None
             self._unwatch()
