@@ -173,6 +173,39 @@ class TreeWatchTest(HermeticTestCase):
             self.skipTest(f"no private mount namespace here: {proc.stderr.strip()[:200]}")
         self.assertEqual(proc.stdout.split(), ["True", "False", "True", "True"], proc.stderr)
 
+    def test_directories_left_out_until_an_ignore_rule_changes(self):
+        git_dir = self.path(".git")
+        os.makedirs(os.path.join(git_dir, "info"))
+        skipped = self.path("node_modules")
+        for index in range(12):
+            os.makedirs(os.path.join(skipped, f"pkg{index}", "lib"))
+        self.assertIsNone(TreeWatch.start(self.root, git_dir, max_watches=20), "too many")
+        watch = TreeWatch.start(self.root, git_dir, max_watches=20, skip={skipped})
+        self.addCleanup(watch.close)
+        self.assertTrue(watch.changed())
+        self.write_file(os.path.join(skipped, "pkg1", "lib", "x.js"), "x")
+        shutil.rmtree(os.path.join(skipped, "pkg2"))
+        self.assertFalse(watch.changed(), "what no snapshot looks at")
+        shutil.rmtree(skipped)
+        os.makedirs(os.path.join(skipped, "again"))
+        self.assertTrue(watch.changed())
+        self.write_file(os.path.join(skipped, "again", "y.js"), "y")
+        self.assertFalse(watch.changed(), "made again under the same rules: still left out")
+        self.write_file(self.path("src", ".gitignore"), "*.log\n")
+        self.assertTrue(watch.changed())
+        self.assertTrue(watch.changed(), "a rule changed: the watch cannot tell any more")
+        other = TreeWatch.start(self.root, git_dir, skip={skipped})
+        self.addCleanup(other.close)
+        other.changed()
+        self.write_file(os.path.join(git_dir, "info", "exclude"), "build/\n")
+        self.assertTrue(other.changed())
+        self.assertTrue(other.changed(), "info/exclude is a rule too")
+        third = TreeWatch.start(self.root, git_dir, skip={skipped})
+        self.addCleanup(third.close)
+        third.changed()
+        third.give_up()
+        self.assertTrue(third.changed())
+
     def test_a_write_through_another_name_of_a_hard_linked_file_is_seen(self):
         outside = os.path.join(self.cwd, "outside")
         os.makedirs(outside)
@@ -288,14 +321,37 @@ class RunSkipsStatusTest(RewindRunCase):
         self.statuses()
         self.turn("look", shell("true"), shell("ls > /dev/null"), shell("cat a.py"))
         quiet = self.statuses()
-        self.assertLessEqual(quiet, 3, "the turn's first snapshot and the first action's two (the "
-                                       "watch starts there), not two per action")
+        self.assertLessEqual(quiet, 4, "the turn's first snapshot, the first action's two (the "
+                                       "watch starts there) and the one listing the ignored "
+                                       "directories, not two per action")
         proc = self.turn("edit", shell("true"), shell("sed -i 's/1/2/' a.py"), args=("--events",))
         self.assertIn('"file_change"', proc.stdout)
         self.assertIn('"path":"a.py"', proc.stdout)
         self.assertEqual(self.read("a.py"), "x = 2\n")
         changes = self.command("--changes").stdout
         self.assertIn("a.py", changes)
+
+    def test_an_ignored_directory_is_left_out_until_a_file_in_it_counts(self):
+        self.project({"a.py": "x = 1\n", ".gitignore": "node_modules/\n"})
+        for index in range(30):
+            self.write_file(f"node_modules/pkg{index}/index.js", "module.exports = 1\n")
+        self.statuses()
+        writes = [shell(f"echo {n} >> node_modules/pkg3/index.js") for n in range(5)]
+        # The first action gives the watch time to be ready (it starts there, in a thread).
+        self.turn("deps", shell("sleep 0.5"), shell("true"), *writes)
+        # The turn start, the first action (before and after), the one listing the ignored
+        # directories, the first snapshot with the watch ready; none for the ignored writes
+        # (watched, each would make the snapshot after it a full one).
+        self.assertLessEqual(self.statuses(), 5, "ignored files change nothing a snapshot sees")
+        # Tracked although ignored: from then on the directory counts, and a change in it shows.
+        proc = self.turn("track", shell("sleep 0.5"), shell("true"),
+                         shell("git add -f node_modules/pkg3/index.js"), shell("true"),
+                         shell("echo 3 >> node_modules/pkg3/index.js"), args=("--events",))
+        events = [json.loads(line) for line in proc.stdout.splitlines()]
+        echo = [e["index"] for e in events if e["type"] == "action_start"
+                and e["summary"].startswith("echo 3")]
+        shown = [e["path"] for e in events if e["type"] == "file_change" and e["index"] in echo]
+        self.assertEqual(shown, ["node_modules/pkg3/index.js"], "the echo's own change")
 
     def sandboxed_turn(self, count):
         for reply in (shell("true"),) * count + (DONE,):

@@ -35,6 +35,8 @@ module then: neither it nor a snapshot delays the first request); a no-op when
   nothing since this run's last snapshot, which is still the store's last entry, the snapshot
   repeats it (nagent_snapshots.repeat_snapshot) without running git. Not where a sandboxed
   command could hide a change from the watch (`_watchable`), nor when inotify cannot promise it.
+  Unsandboxed, the directories no snapshot looks into (ignored ones) are left out of the watch,
+  until an ignore rule changes or a snapshot adds a file in one.
 Every snapshot runs under the store's lock, after finishing a rewind a killed process left
 (its `<system>` note goes into this conversation when it was this conversation's rewind). What
 the run should say goes through `emit` and `append` on the run's own thread: a "snapshot"
@@ -100,6 +102,7 @@ class RunSnapshots:
         self.watch = None        # nagent_tree_watch.TreeWatch over the project, when it can tell
         self.watching = None     # the thread setting it up (its result in self.started_watch)
         self.started_watch = None
+        self.skip_basis = None   # tracked_ignored() when the watch's ignored directories were found
         self.last = None         # the journal entry this run recorded last
 
     # -- taking one -----------------------------------------------------------------
@@ -121,9 +124,21 @@ class RunSnapshots:
             return
         scope = self.scope
 
+        store = self.store
+
         def start():
-            if self._watchable():
-                self.started_watch = TreeWatch.start(scope.root, scope.user_git)
+            if not self._watchable():
+                return
+            skip = frozenset()
+            # Ignored directories (node_modules, .venv) are left out only unsandboxed: a command
+            # could hard-link a project file into one and write through the link unseen.
+            if self.session.sandbox_roots is None:
+                try:
+                    self.skip_basis = snapshots.tracked_ignored(store)
+                    skip = snapshots.ignored_dirs(store, scope, self.skip_basis)
+                except (NagentError, OSError):
+                    skip = frozenset()
+            self.started_watch = TreeWatch.start(scope.root, scope.user_git, skip=skip)
         self.watching = threading.Thread(target=start, name="nagent-tree-watch", daemon=True)
         self.watching.start()
 
@@ -154,7 +169,11 @@ class RunSnapshots:
                     and latest.get("tree") == last["tree"]
                     and read_head(self.store.git.git_dir) == last.get("commit")):
                 return snapshots.repeat_snapshot(self.store, latest, meta)
-        return snapshots.take_snapshot(self.store, self.scope, self.limits, meta)
+        entry = snapshots.take_snapshot(self.store, self.scope, self.limits, meta)
+        if watch is not None and watch.skip and \
+                snapshots.tracked_ignored(self.store) != self.skip_basis:
+            watch.give_up()   # a file in an ignored directory is now in the store
+        return entry
 
     def _take(self, phase, kind="", summary="", maintain=False, amend=None, since=None):
         meta = {"conv": self.session.path, "turn_id": self.turn_id, "turn": self.turn,

@@ -29,6 +29,8 @@ Data contract:
   (before a rewind: it opens the rewind), "end" (closes a rewind, or an action a Ctrl-C cut).
 - `repeat_snapshot(store, previous, meta, now=None) -> entry`: the entry take_snapshot records
   when nothing changed since `previous`, without running git (the caller knows nothing did).
+- `ignored_dirs(store, scope, tracked_ignored(store)) -> frozenset` of the directories no
+  snapshot looks into (what a tree watch may leave out) while the rules and that list hold.
 - `Limits` comes from settings.snapshots (`limits_of(settings)`).
 """
 import os
@@ -250,6 +252,31 @@ def _entry(meta, previous, tree, commit, files, count, skipped, now):
     if skipped:
         entry["skipped"] = skipped
     return entry
+
+
+def tracked_ignored(store):
+    """The paths (NUL-separated bytes) the project's index tracks although its rules ignore
+    them, as the last snapshot found them: what `_tracked_ignored` adds to the store."""
+    seen = read_regular(os.path.join(store.path, "tracked-ignored"), INDEX_LIMIT) or b""
+    return seen.partition(b"\0")[2]
+
+
+def ignored_dirs(store, scope, tracked):
+    """Directories `take_snapshot` never looks into: wholly ignored by the tree's .gitignore
+    files and the project's info/exclude, holding no file the store tracks (git lists only such
+    a directory as ignored) nor any of `tracked` (tracked_ignored: what a snapshot adds). Real
+    paths (bytes). They stay so while the ignore rules and `tracked` stay as they are."""
+    # Without the store's lock (beside a snapshot): git must not take the index's lock either.
+    listed = store.git.run("--no-optional-locks", "status", "--porcelain=v2", "-z",
+                           "--ignored=traditional", "--untracked-files=normal",
+                           "--ignore-submodules=all")
+    dirs = {item[2:].rstrip(b"/") for item in listed.split(b"\0")
+            if item.startswith(b"! ") and item.endswith(b"/")}
+    for path in tracked.split(b"\0"):
+        parts = path.split(b"/")
+        dirs -= {b"/".join(parts[:end]) for end in range(1, len(parts))}
+    root = os.fsencode(scope.root)
+    return frozenset(os.path.join(root, path) for path in dirs if path)
 
 
 def _check_tree_size(root, limits):

@@ -20,7 +20,11 @@ Data contract:
   before this returns; a regular file that appears with more than one link gets an inode watch.
   So: when it returns False, the tree is as it was when the previous call returned, as far as
   git status could see it.
-- `watch.close()`.
+- `skip`: directories (real paths) to leave out, with all below them: the ones no snapshot looks
+  into (nagent_snapshots.ignored_dirs). With any, a change of an ignore rule (an event on a
+  `.gitignore`, or in `user_git/info`) ends the promise; and the caller calls `give_up()` when
+  it learns a file in one of them came to count (a snapshot added it).
+- `watch.give_up()`: `changed` is True from then on. `watch.close()`.
 - `exposes_project(root, writable, mountinfo) -> bool`: whether a command that may write the
   directories `writable` (a sandbox's roots) can reach a file of `root` under a name outside
   `root` on one mount: through a root that holds the project, or a mount that shows the
@@ -178,8 +182,9 @@ def exposes_project(root, writable, mountinfo=MOUNTINFO):
 
 
 class TreeWatch:
-    def __init__(self, libc, fd, root, user_git, max_watches):
+    def __init__(self, libc, fd, root, user_git, max_watches, skip=frozenset()):
         self.libc, self.fd, self.root, self.max_watches = libc, fd, root, max_watches
+        self.skip = skip              # directories left out (the snapshot never looks in them)
         self.user_git = user_git      # bytes or None: the project's own .git directory
         self.paths = {}               # watch descriptor -> (kind, path): "dir" or "file"
         self.dirty = True             # the first call always answers True
@@ -188,7 +193,7 @@ class TreeWatch:
         self.mount_poll = self.mount_file = None
 
     @classmethod
-    def start(cls, root, user_git=None, max_watches=MAX_WATCHES):
+    def start(cls, root, user_git=None, max_watches=MAX_WATCHES, skip=frozenset()):
         libc = _libc()
         if libc is None:
             return None
@@ -201,7 +206,7 @@ class TreeWatch:
         if fd < 0:
             return None
         watch = cls(libc, fd, os.fsencode(root), os.fsencode(user_git) if user_git else None,
-                    max_watches)
+                    max_watches, frozenset(os.fsencode(path) for path in skip))
         try:
             watch._watch_mounts()
             info = os.stat(watch.root)
@@ -251,7 +256,8 @@ class TreeWatch:
                     if entry.name == b".git" and folder != self.root:
                         self._check_nested_git(entry.path)
                     if entry.is_dir(follow_symlinks=False):
-                        pending.append(entry.path)
+                        if entry.path not in self.skip:
+                            pending.append(entry.path)
                     elif entry.is_file(follow_symlinks=False):
                         self._file(entry.path, entry.stat(follow_symlinks=False))
                 except FileNotFoundError:
@@ -299,7 +305,8 @@ class TreeWatch:
     def _appeared(self, path, is_dir):
         try:
             if is_dir:
-                self._walk(path)
+                if path not in self.skip:   # made again under the same rules: still ignored
+                    self._walk(path)
             else:
                 self._file(path, os.lstat(path))
         except FileNotFoundError:
@@ -346,6 +353,9 @@ class TreeWatch:
             if kind != "dir" or not name:
                 continue
             path = os.path.join(folder, name)
+            if self.skip and (name == b".gitignore" or folder == self._info()
+                              or path == self._info()):
+                raise Unwatchable("an ignore rule changed: the directories left out may count")
             if name == b".git" and folder != self.root:
                 self._check_nested_git(path)
             if self.user_git is not None and path in (self.user_git,
@@ -353,6 +363,14 @@ class TreeWatch:
                 self._check_git_info()
             if mask & (IN_CREATE | IN_MOVED_TO):
                 self._appeared(path, bool(mask & IN_ISDIR))
+
+    def _info(self):
+        return None if self.user_git is None else os.path.join(self.user_git, b"info")
+
+    def give_up(self):
+        """The caller knows something the watch cannot see changed what counts: from now on
+        `changed` is always True."""
+        self.broken = True
 
     def close(self):
         fd, self.fd = self.fd, None
