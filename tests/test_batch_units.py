@@ -138,6 +138,22 @@ class ResultsFileTest(HermeticTestCase):
         self.assertEqual([task.id for task in todo], ["b", "c"])
         self.assertEqual([name for name in os.listdir(workdir) if not name.startswith(".repo-")], [])
 
+    def test_a_batch_killed_while_writing_a_manifest_leaves_nothing_once_run_again(self):
+        # The kill lands between the workspace's mkdir and its manifest's rename: the temp file
+        # of the manifest and the still empty directory are all that is left.
+        out, attempt = os.path.abspath("t.out"), "20260101T000000Z-0000000a"
+        workdir = os.path.join(out, "work")
+        os.makedirs(os.path.join(workdir, f"a.{attempt}"))
+        self.write_file(os.path.join(workdir, f".a.{attempt}.json.0123456789ab.tmp"), '{"id": "a"')
+        other = "20260101T000000Z-0000000b"                     # not empty: git ran, or not ours
+        self.write_file(os.path.join(workdir, f"b.{other}", "kept.txt"), "x")
+        self.write_file(os.path.join(workdir, f".b.{other}.json.0123456789ab.tmp"), "")
+        with self.patched_environ():
+            results, todo, _ = prepare(self.tasks, BatchOptions(out, 1, RunOptions(workdir)))
+        self.assertEqual([task.id for task in todo], ["a", "b", "c"])
+        self.assertEqual(sorted(name for name in os.listdir(workdir) if not name.startswith(".repo-")),
+                         [f"b.{other}"])
+
     def test_deleting_a_line_by_hand_runs_the_task_again(self):
         out = os.path.abspath("t.out")
         for task in self.tasks[:2]:

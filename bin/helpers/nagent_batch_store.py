@@ -41,7 +41,8 @@ Data contract:
   (`make_outcome(manifest, ws)`: the diff, the conversation and its totals), and removes its
   workspace: a killed batch loses nothing and leaves no workspace behind once run again. An
   attempt that stored its result (result.json) is never made "interrupted". A manifest naming
-  a directory outside the workdir is ignored.
+  a directory outside the workdir is ignored. A manifest a kill cut short (its temp file) goes,
+  with its workspace while that is still the empty directory `create` made.
 """
 import fcntl
 import hashlib
@@ -253,22 +254,57 @@ def recover(out, workdir, environ, make_outcome):
     for name in names:
         path = os.path.join(workdir, name)
         found = _read_manifest(path) if name.endswith(".json") else None
-        if found is None:
-            continue
-        data, ws = found
-        if os.path.realpath(os.path.dirname(ws.path)) != os.path.realpath(workdir):
-            continue   # a manifest naming a directory elsewhere is not one this batch made
-        lock = task_lock(out, data["id"])
-        if lock is None:
-            continue   # still running somewhere
-        try:
-            folder = _folder(out, data["id"], data["attempt"])
-            if _stored_line(folder, data["id"], data["attempt"]) is None:   # no result yet
-                line = store(out, make_outcome(data, ws))
-                append(out, line)
-                recovered.append(line)
-            workspace.remove(ws, environ)
-            os.unlink(path)
-        finally:
-            os.close(lock)
+        if found is not None:
+            line = _recover_one(out, workdir, path, found, environ, make_outcome)
+            recovered += [line] if line else []
+    for name in names:
+        _unfinished_manifest(out, workdir, name)
     return recovered
+
+
+def _recover_one(out, workdir, path, found, environ, make_outcome):
+    data, ws = found
+    if os.path.realpath(os.path.dirname(ws.path)) != os.path.realpath(workdir):
+        return None   # a manifest naming a directory elsewhere is not one this batch made
+    lock = task_lock(out, data["id"])
+    if lock is None:
+        return None   # still running somewhere
+    try:
+        line = None
+        folder = _folder(out, data["id"], data["attempt"])
+        if _stored_line(folder, data["id"], data["attempt"]) is None:   # no result yet
+            line = store(out, make_outcome(data, ws))
+            append(out, line)
+        workspace.remove(ws, environ)
+        os.unlink(path)
+        return line
+    finally:
+        os.close(lock)
+
+
+TEMP_MANIFEST_RE = re.compile(r"\.(?P<id>.+)\.(?P<attempt>[0-9]{8}T[0-9]{6}Z-[0-9a-f]{8})\.json"
+                              r"\.[0-9a-f]{12}\.tmp")
+
+
+def _unfinished_manifest(out, workdir, name):
+    """A manifest whose write a kill cut short (nagent_fs.atomic_write's temp file, never
+    renamed): the workspace was made (os.mkdir) but git never ran in it, since `create` records
+    it before any git. The temp file goes, and so does the directory when it is still the empty
+    one (rmdir removes nothing else, and never follows a link)."""
+    match = TEMP_MANIFEST_RE.fullmatch(name)
+    if match is None or not TASK_ID_RE.fullmatch(match["id"]):
+        return
+    if os.path.exists(manifest_path(workdir, match["id"], match["attempt"])):
+        return    # its manifest was written after all (and is recovered on its own)
+    lock = task_lock(out, match["id"])
+    if lock is None:
+        return    # still running somewhere
+    try:
+        for remove in (os.unlink, os.rmdir):
+            target = name if remove is os.unlink else f"{match['id']}.{match['attempt']}"
+            try:
+                remove(os.path.join(workdir, target))
+            except OSError:
+                pass   # gone already, or not empty: then it is not one this function may remove
+    finally:
+        os.close(lock)
