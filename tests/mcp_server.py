@@ -133,6 +133,9 @@ def serve_http(server):
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
+    # Listening before the port is printed: a client that connects while uvicorn still starts
+    # waits in the backlog instead of being refused (a loaded machine made that a flaky test).
+    sock.listen(64)
     app = server.streamable_http_app(host="127.0.0.1")
     config = uvicorn.Config(app, log_level="warning", lifespan="on")
     sys.stdout.write(f"PORT {sock.getsockname()[1]}\n")
