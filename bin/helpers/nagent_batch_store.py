@@ -300,8 +300,7 @@ def _unfinished_manifest(out, workdir, name):
     if lock is None:
         return    # still running somewhere
     try:
-        for remove in (os.unlink, os.rmdir):
-            target = name if remove is os.unlink else f"{match['id']}.{match['attempt']}"
+        for remove, target in ((os.unlink, name), (os.rmdir, f"{match['id']}.{match['attempt']}")):
             try:
                 remove(os.path.join(workdir, target))
             except OSError:

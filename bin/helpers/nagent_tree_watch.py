@@ -292,7 +292,7 @@ class TreeWatch:
         (index, info/exclude): they must stay directories."""
         if self.user_git is None:
             return
-        for path, required in ((self.user_git, True), (os.path.join(self.user_git, b"info"), False)):
+        for path, required in ((self.user_git, True), (self._info(), False)):
             try:
                 mode = os.lstat(path).st_mode
             except FileNotFoundError:
@@ -358,8 +358,7 @@ class TreeWatch:
                 raise Unwatchable("an ignore rule changed: the directories left out may count")
             if name == b".git" and folder != self.root:
                 self._check_nested_git(path)
-            if self.user_git is not None and path in (self.user_git,
-                                                      os.path.join(self.user_git, b"info")):
+            if self.user_git is not None and path in (self.user_git, self._info()):
                 self._check_git_info()
             if mask & (IN_CREATE | IN_MOVED_TO):
                 self._appeared(path, bool(mask & IN_ISDIR))
