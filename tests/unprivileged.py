@@ -84,18 +84,25 @@ def give_to_nobody(path):
             os.lchown(name, NOBODY, NOBODY)
 
 
-def outside_dir(case):
+def outside_dir(case, accept=None):
     """A scratch dir on the host's real filesystem outside every temp root and the project,
     so the sandbox shows it read-only (under /dev, bwrap's private /dev would hide it instead,
     and a write there would "fail" for the wrong reason). A checkout under /tmp, whose test HOME
     is under /tmp too, takes a root-writable system directory instead. Falls back to
-    case.make_outside_dir."""
+    case.make_outside_dir. With `accept`, only a dir it accepts (a test that needs a local
+    filesystem, say, where the checkout may lie on a shared one); the test is skipped when no
+    candidate is accepted."""
     import tempfile
     from base import REPO
     for parent in (REPO, case.home, "/srv", "/opt", "/mnt", "/var/lib"):
         real = os.path.realpath(parent)
         if os.access(real, os.W_OK) and not real.startswith(("/tmp/", "/var/tmp/", "/dev/")):
             path = os.path.realpath(tempfile.mkdtemp(prefix=".nagent-outside-", dir=real))
+            if accept is not None and not accept(path):
+                shutil.rmtree(path, True)
+                continue
             case.addCleanup(shutil.rmtree, path, True)
             return path
+    if accept is not None:
+        case.skipTest("no writable directory outside the temp roots that the test accepts")
     return case.make_outside_dir()
