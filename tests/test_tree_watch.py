@@ -20,6 +20,7 @@ from base import HELPERS, HermeticTestCase
 from test_rewind import DONE, RewindRunCase, shell
 from unprivileged import outside_dir
 
+from nagent_write_policy import temp_roots
 from nagent_tree_watch import (NETWORK_FS, TreeWatch, exposes_project, read_mounts,
                                remote_mounts)
 
@@ -34,14 +35,17 @@ def mount_of(path):
     return max(held, key=lambda mount: len(mount[2]), default=None)
 
 
-def watchable_under_sandbox(path):
-    """Whether a sandboxed run may trust a watch on `path`: the watch can be set up there, and
-    no temp root (each writable to a sandboxed command) shares a mount region with it."""
-    watch = TreeWatch.start(path)
-    if watch is None:
-        return False
-    watch.close()
-    return not exposes_project(path, ("/tmp", "/var/tmp"))
+def watchable_under_sandbox(environ):
+    """Whether a sandboxed run in `environ` may trust a watch on a path: the watch can be set up
+    there, and no temp root (each writable to a sandboxed command) shares a mount region with
+    it. The same two checks the run makes."""
+    def accept(path):
+        watch = TreeWatch.start(path)
+        if watch is None:
+            return False
+        watch.close()
+        return not exposes_project(path, temp_roots(environ))
+    return accept
 
 
 @unittest.skipUnless(LINUX, "inotify is Linux's")
@@ -396,7 +400,7 @@ class RunSkipsStatusTest(RewindRunCase):
     def test_a_sandboxed_project_outside_the_temp_roots_is_watched(self):
         # Not the checkout's own filesystem when that one cannot be watched: a CI checkout on a
         # shared mount (9p, virtiofs) rightly gets every git status (the run ran 11 there).
-        self.cwd = outside_dir(self, accept=watchable_under_sandbox)
+        self.cwd = outside_dir(self, accept=watchable_under_sandbox(self.env))
         os.chdir(self.cwd)
         self.project({"a.py": "x = 1\n"})
         self.statuses()
