@@ -217,7 +217,7 @@ class WireBodyTest(FakeVendorTestCase):
         nagent_llm.generate(empty, settings, sleep=lambda s: None)
         client = nagent_llm.make_client(settings)
         with self.patched_environ():
-            list(client.models.generate_content_stream(
+            list(client.sdk.models.generate_content_stream(
                 model=settings.model, contents=[
                     types.Content(role="user", parts=[types.Part(text="static context\n\nfirst prompt")]),
                     types.Content(role="model", parts=[types.Part(text="<nagent-shell>ls</nagent-shell>")]),
@@ -304,3 +304,45 @@ class PreloadTest(HermeticTestCase):
         nagent_loop_actions.preload(("nagent_rt_broken", "json")).join()   # nothing raised here
         with self.assertRaisesRegex(RuntimeError, "broken on import"):
             importlib.import_module("nagent_rt_broken")
+
+
+class GeminiReplyModelsTest(HermeticTestCase):
+    """The Gemini SDK builds its pydantic reply models on the first reply (45-60 ms, the run's
+    first step). The adapter builds them while the first request is on the wire: between the
+    HTTP client's request and response hooks, when the main thread does no pydantic work of
+    its own (the SDK's deferred models are not safe to build from two threads at once)."""
+
+    SCRIPT = """
+        import os, time
+        sys.path.insert(0, {tests!r})
+        from fakes import FakeVendor
+        from nagent_config import resolve_settings
+        import nagent_llm
+        from google.genai import types
+
+        fake = FakeVendor().start()
+        os.environ.update(fake.env())
+        seen = []
+
+        def answer(record):
+            time.sleep(0.5)   # a model's time to its first token
+            seen.append(types.GenerateContentResponse.__pydantic_complete__)
+            return "ok"
+        fake.reply_fn(answer)
+        settings = resolve_settings({{"provider": "google"}}, dict(os.environ))
+        before = types.GenerateContentResponse.__pydantic_complete__
+        client = nagent_llm.make_client(settings)
+        first = nagent_llm.generate(nagent_llm.text_request("hi"), settings, client=client)
+        second = nagent_llm.generate(nagent_llm.text_request("again"), settings, client=client)
+        listed = nagent_llm.list_models(settings)["models"]
+        fake.stop()
+        print(before, seen, first.text, second.text, bool(listed))
+    """
+
+    def test_reply_models_are_built_while_the_first_request_is_out(self):
+        from base import REPO
+        proc = run_snippet(self, self.SCRIPT.format(tests=os.path.join(REPO, "tests")))
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        # Not built at start (deferred), built by the time the first answer is sent.
+        self.assertEqual(proc.stdout.split(), ["False", "[True,", "True]", "ok", "ok", "True"],
+                         proc.stderr)

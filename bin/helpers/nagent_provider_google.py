@@ -6,8 +6,13 @@ Data contract: as every adapter — `make_client`, `call` → dict, `stream` →
 Assistant messages are sent with role "model". Gemini's promptTokenCount already includes
 cachedContentTokenCount (implicit prefix caching); thoughtsTokenCount is reasoning.
 The client object is kept by the caller for the whole call: a temporary client is garbage
-collected and closes its connection mid-call (measured, see design notes).
+collected and closes its connection mid-call (measured, see design notes). It is this module's
+`Client`: the SDK's client, and the SDK's reply models being built while the first request is
+on the wire (ReplyModels).
 """
+import threading
+from dataclasses import dataclass
+
 from nagent_llm import (base_url_for, is_malformed, malformed_error, read_reply, require_package,
                         status_error, stream_cut, transport_problem)
 from nagent_upload import read_text_attachment, unsupported
@@ -16,14 +21,86 @@ INLINE_LIMIT = 20 * 1024 * 1024   # larger uploads go through the Files API
 STAND_IN = "."                    # contents the SDK converts, then replaced by extra_body
 
 
+# A reply as Gemini sends one: its parse builds the models a real reply's parse needs.
+SAMPLE_REPLY = {
+    "candidates": [{"content": {"parts": [{"text": "."}], "role": "model"},
+                    "finishReason": "STOP", "index": 0}],
+    "usageMetadata": {"promptTokenCount": 1, "candidatesTokenCount": 1, "totalTokenCount": 2,
+                      "cachedContentTokenCount": 0, "thoughtsTokenCount": 0,
+                      "promptTokensDetails": [{"modality": "TEXT", "tokenCount": 1}]},
+    "modelVersion": "gemini", "responseId": "r"}
+
+
+class ReplyModels:
+    """The SDK defers building its pydantic models to their first use: parsing the first reply
+    builds the response models, 45-60 ms between the reply and the run's first action. They
+    are built in a thread that starts once the first request is sent and the HTTP client waits
+    for the response's headers (its connection's trace of that step, set in the client's
+    request hook), and is joined in the response hook, before the SDK reads the reply, and
+    after every call. The main thread meanwhile only waits: two threads building or using the
+    same deferred model at once can validate with the wrong schema (pydantic 2.13 has no lock),
+    and a thread started before the request is out holds the GIL while the request is written
+    (the first request then left 50-70 ms later). An HTTP stack without the trace simply
+    builds them on the first reply, as before."""
+
+    def __init__(self, types):
+        self.types = types
+        self.thread = None
+        self.lock = threading.Lock()
+
+    def start(self):
+        with self.lock:
+            if self.thread is None:
+                self.thread = threading.Thread(target=self.build, name="nagent-gemini-models",
+                                               daemon=True)
+                self.thread.start()
+
+    def wait(self):
+        with self.lock:
+            thread = self.thread
+        if thread is not None:
+            thread.join()
+
+    def build(self):
+        try:
+            self.types.GenerateContentResponse._from_response(response=dict(SAMPLE_REPLY),
+                                                              kwargs={})
+        except Exception:   # noqa: BLE001 - only time is lost: the real reply builds them
+            pass
+
+    def hooks(self):
+        # Plain functions: the SDK copies its options, and a bound method would be deep-copied
+        # with the thread it holds.
+        start, wait = self.start, self.wait
+
+        def traced(request):
+            earlier = request.extensions.get("trace")
+
+            def trace(name, info):
+                if name.endswith("receive_response_headers.started"):
+                    start()
+                return earlier(name, info) if earlier is not None else None
+            request.extensions = {**request.extensions, "trace": trace}
+        return {"request": [traced], "response": [lambda response: wait()]}
+
+
+@dataclass(frozen=True)
+class Client:
+    sdk: object              # google.genai.Client
+    reply_models: ReplyModels
+
+
 def make_client(settings, key):
     genai = require_package(settings.provider)
     from google.genai import types
     base_url = base_url_for(settings)
-    options = {"timeout": int(settings.timeouts.read * 1000)}
+    reply_models = ReplyModels(types)
+    options = {"timeout": int(settings.timeouts.read * 1000),
+               "client_args": {"event_hooks": reply_models.hooks()}}
     if base_url:
         options["base_url"] = base_url
-    return genai.Client(api_key=key, http_options=types.HttpOptions(**options))
+    return Client(genai.Client(api_key=key, http_options=types.HttpOptions(**options)),
+                  reply_models)
 
 
 def attachment_parts(client, attachments):
@@ -35,7 +112,7 @@ def attachment_parts(client, attachments):
         elif item.category not in ("image", "pdf"):
             raise unsupported(item, "google", "images, PDF and text files")
         elif item.size > INLINE_LIMIT:
-            uploaded = client.files.upload(file=item.path,
+            uploaded = client.sdk.files.upload(file=item.path,
                                            config=types.UploadFileConfig(mime_type=item.mime))
             parts.append(types.Part.from_uri(file_uri=uploaded.uri, mime_type=item.mime))
         else:
@@ -80,13 +157,24 @@ def _typed_contents(client, request):
 
 
 def call(client, request, settings):
-    response = client.models.generate_content(**_arguments(client, request, settings))
+    try:
+        response = client.sdk.models.generate_content(**_arguments(client, request, settings))
+    finally:
+        client.reply_models.wait()   # a call that got no response did not join it
     return read_reply(_result, response)
 
 
 def stream(client, request, settings, on_text):
+    try:
+        return _read_stream(client, request, settings, on_text)
+    finally:
+        client.reply_models.wait()
+
+
+def _read_stream(client, request, settings, on_text):
     texts, finish, usage, model, seen = [], None, None, None, 0
-    for chunk in client.models.generate_content_stream(**_arguments(client, request, settings)):
+    chunks = client.sdk.models.generate_content_stream(**_arguments(client, request, settings))
+    for chunk in chunks:
         # The SDK makes an empty chunk of any JSON (a list, an object of another API): only a
         # chunk with something of a reply in it shows the answer is a stream of replies.
         seen += bool(chunk.candidates or chunk.usage_metadata or chunk.model_version)
@@ -153,7 +241,11 @@ def classify(error, settings):
 
 def list_models(client, settings):
     names = []
-    for model in client.models.list():
+    try:
+        models = list(client.sdk.models.list())
+    finally:
+        client.reply_models.wait()
+    for model in models:
         name = getattr(model, "name", "") or ""
         names.append(name.split("/", 1)[1] if name.startswith("models/") else name)
     return names
