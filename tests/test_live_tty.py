@@ -12,7 +12,7 @@ import sys
 import time
 
 from base import BIN, TESTS
-from ptys import TerminalReader, fresh_terminal
+from ptys import PtySession, TerminalReader, fresh_terminal, rendered
 from test_loop import NagentRunCase
 
 ESC = "\x1b"
@@ -192,3 +192,17 @@ class LiveTerminalTest(NagentRunCase):
         self.assertEqual(lines[at + 1], "  ✗ interrupted", lines)   # the action's own outcome
         self.assertEqual(lines[at + 2], "Error: interrupted", lines)  # on a line of its own
         self.assertTrue(lines[-1].startswith("● 1 model call · "), lines)
+
+    def test_ctrl_c_typed_at_the_terminal_leaves_no_echo_on_the_outcome_line(self):
+        # The terminal echoes a typed Ctrl-C as "^C" after the status line; clearing only the
+        # status line's own width left it after the outcome: "  ✗ interrupted^C".
+        self.fake.reply("<nagent-shell>sleep 30</nagent-shell>")
+        session = PtySession([sys.executable, os.path.join(BIN, "nagent"), "--conversation",
+                              "cc", "wait"], self.env, self.cwd)
+        self.addCleanup(session.close)
+        session.expect("shell · 0.3 s")
+        session.type(b"\x03")
+        self.assertEqual(session.finish(), 130)
+        lines = [line.rstrip() for line in rendered(session.screen)]
+        at = lines.index("▸ shell  sleep 30")
+        self.assertEqual(lines[at + 1:at + 3], ["  ✗ interrupted", "Error: interrupted"], lines)

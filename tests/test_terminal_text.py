@@ -181,5 +181,14 @@ class SitesEndToEnd(McpCase):
         self.assertIn("booma\\x1b[2J\\x9b2J \\x07\\x7f \\u202e", failed.stderr)
 
 
+
+class StatusEraseTest(unittest.TestCase):
+    def test_reaches_past_the_line_for_an_echoed_control_key_within_the_terminal(self):
+        self.assertEqual(tt.status_erase(15, 120), "\r" + " " * 17 + "\r")
+        self.assertEqual(tt.status_erase(119, 120), "\r" + " " * 119 + "\r")   # no wrap
+        self.assertEqual(tt.status_erase(60, 20), "\r" + " " * 60 + "\r")     # never less
+        self.assertNotIn("\x1b", tt.status_erase(10, 80))
+
+
 if __name__ == "__main__":
     unittest.main()

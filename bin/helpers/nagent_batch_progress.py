@@ -22,7 +22,7 @@ import sys
 import time
 
 from nagent_events import event_line
-from nagent_terminal_text import cut, spinner_allowed, terminal_columns
+from nagent_terminal_text import cut, spinner_allowed, status_erase, terminal_columns
 
 
 class Reporter:
@@ -97,7 +97,7 @@ class Reporter:
 
     def clear(self):
         if self.progress is not None and self.drawn:
-            self.progress.write("\r" + " " * self.drawn + "\r")
+            self.progress.write(status_erase(self.drawn, terminal_columns()))
             self.progress.flush()
             self.drawn = 0
 

@@ -64,7 +64,7 @@ from nagent_install import reexec_under_run_python
 from nagent_secrets import SHELL_ACTION_VAR, make_undumpable
 from nagent_secrets import redact as redact_values
 from nagent_paths import current_cwd  # noqa: F401  (the commands' working directory)
-from nagent_terminal_text import spinner_allowed, terminal_columns  # noqa: F401
+from nagent_terminal_text import spinner_allowed, status_erase, terminal_columns  # noqa: F401
 
 
 def early_exit(argv, prog, text):
@@ -244,7 +244,7 @@ class Spinner:
             self.stream.flush()
             frame += 1
         if self._drawn:
-            self.stream.write("\r" + " " * self._drawn + "\r")
+            self.stream.write(status_erase(self._drawn, terminal_columns()))
             self.stream.flush()
 
     def __enter__(self):

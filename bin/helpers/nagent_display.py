@@ -51,7 +51,7 @@ import time
 
 from nagent_action_view import human_count, one_line
 from nagent_terminal_lock import terminal_free
-from nagent_terminal_text import counted, cut, escape
+from nagent_terminal_text import counted, cut, escape, status_erase
 
 MINUS = "\u2212"
 DIFF_HEIGHT = 24
@@ -171,7 +171,7 @@ class Display:
 
     def _clear(self):
         if self.drawn:
-            self.stream.write("\r" + " " * self.drawn + "\r")
+            self.stream.write(status_erase(self.drawn, terminal_width(self.stream)))
             self.drawn = 0
         if self.table_drawn:
             self.stream.write("\x1b[1A\x1b[2K" * self.table_drawn)

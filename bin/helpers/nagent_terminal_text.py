@@ -26,6 +26,10 @@ Data contract (pure functions over str):
   combining ones zero); `width(ch)` is that column count.
 - `spinner_allowed(environ)`: a live status line is allowed (NAGENT_NO_SPINNER unset, "" or
   "0"); `terminal_columns()`: $COLUMNS, else the terminal's width, else 80 (no shutil).
+- `status_erase(drawn, columns)` -> what erases a status line `drawn` columns wide from its end:
+  spaces (no escape sequence), reaching past it as far as the terminal's echo of a control key
+  typed meanwhile ("^C"), within `columns`, and back to the line's start. Every live line
+  (the run's status line, the batch's progress, the tools' spinner) is erased with it.
 - `counted(n, noun, plural=None)` -> "1 call", "2 calls" ("1 reply", "3 replies" with the
   plural given): every count nagent prints in words.
 """
@@ -109,6 +113,13 @@ def cut(line, limit):
 def counted(number, noun, plural=None):
     """`number` `noun`s in words: "1 call", "0 calls", "2 replies" (with plural="replies")."""
     return f"{number} {noun if number == 1 else plural or noun + 's'}"
+
+
+ECHO_WIDTH = 2   # a typed control key, echoed by the terminal after the line: "^C", "^\\"
+
+
+def status_erase(drawn, columns):
+    return "\r" + " " * max(drawn, min(drawn + ECHO_WIDTH, columns - 1)) + "\r"
 
 
 def spinner_allowed(environ):
