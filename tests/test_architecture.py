@@ -2,7 +2,7 @@
 
 * Imports show dependencies: a function-local import of one of the project's own modules is
   allowed only in the dispatch modules (DISPATCH: nagent_main*, the *_commands modules, nagent_cli,
-  nagent_session), where lazy loading keeps start-up low; every other module imports its own
+  nagent_session, nagent_config_checks, nagent_loop), where lazy loading keeps start-up low; every other module imports its own
   dependencies at the top.
 * Typed data below the command line: only the command layer (COMMAND_LAYER) reads the parsed
   command line as a mapping. A function anywhere else that takes an `options` or `args`
@@ -19,7 +19,8 @@ import unittest
 
 from base import HELPERS
 
-DISPATCH = re.compile(r"^nagent_main.*$|^.*_commands$|^nagent_cli$|^nagent_session$")
+DISPATCH = re.compile(r"^nagent_main.*$|^.*_commands$|^nagent_cli$|^nagent_session$|"
+                      r"^nagent_config_checks$|^nagent_loop$")
 COMMAND_LAYER = re.compile(r"^nagent_main.*$|^.*_commands$|^nagent_cli$|^nagent_interactive$|"
                            r"^nagent_invocation$")
 RAW_NAMES = ("options", "args")

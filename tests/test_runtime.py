@@ -293,7 +293,7 @@ class StreamReadTest(FakeVendorTestCase):
 class PreloadTest(HermeticTestCase):
     def test_a_failed_background_import_is_reported_by_the_code_that_needs_it(self):
         import importlib
-        import nagent_loop_actions
+        import nagent_preload
         folder = os.path.join(self.tmp, "mods")
         os.makedirs(folder)
         with open(os.path.join(folder, "nagent_rt_broken.py"), "w") as handle:
@@ -301,7 +301,7 @@ class PreloadTest(HermeticTestCase):
         sys.path.insert(0, folder)
         self.addCleanup(sys.path.remove, folder)
         self.addCleanup(sys.modules.pop, "nagent_rt_broken", None)
-        nagent_loop_actions.preload(("nagent_rt_broken", "json")).join()   # nothing raised here
+        nagent_preload.preload(("nagent_rt_broken", "json")).join()   # nothing raised here
         with self.assertRaisesRegex(RuntimeError, "broken on import"):
             importlib.import_module("nagent_rt_broken")
 

@@ -209,13 +209,18 @@ class ShellFactsTest(ShellModeCase):
 
 
 # Runs bin/nagent until it hands its first request to the provider SDK (as
-# benchmarks/first_answer.py does) and prints which shell modules were imported by then.
+# benchmarks/first_answer.py does) and prints which of the modules that handle a reply (the
+# shell, its sandbox and approval, its parser, the permission rules built on it, the protocol
+# parser, the actions, the MCP channel) were imported by then.
 FIRST_REQUEST_IMPORTS = """
 import os, runpy, sys
 sys.path.insert(0, sys.argv[1])
 import nagent_run
 def handed_off(self):
-    print(sorted(m for m in ("nagent_shell", "nagent_sandbox", "nagent_approval") if m in sys.modules))
+    print(sorted(m for m in ("nagent_shell", "nagent_sandbox", "nagent_approval",
+                             "nagent_command_words", "nagent_permissions", "nagent_protocol",
+                             "nagent_loop_actions", "nagent_actions", "nagent_mcp_channel")
+                 if m in sys.modules))
     sys.stdout.flush()
     os._exit(0)
 nagent_run.Run.provider_client = handed_off
@@ -237,6 +242,13 @@ class FirstRequestImportsTest(ShellModeCase):
 
     def test_an_unsandboxed_run_imports_no_shell_module_before_its_first_request(self):
         self.assertEqual(self.modules_at_first_request("--shell-approval", "confirm"), "[]")
+
+    def test_permission_rules_are_parsed_only_when_a_config_gives_them(self):
+        # The rules' check needs the shell parser; a run whose config has none must not pay for
+        # it (it did: 10-20 ms of CPU before every first request).
+        self.configure(permissions=[{"decision": "allow", "shell": "git status"}])
+        self.assertEqual(self.modules_at_first_request(),
+                         "['nagent_command_words', 'nagent_permissions']")
 
     @unittest.skipUnless(HAVE_BWRAP, "bwrap not installed")
     def test_a_sandboxed_run_prepares_the_sandbox_before_its_first_request(self):

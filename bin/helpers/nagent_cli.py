@@ -440,8 +440,8 @@ def provider_overrides(args):
 
 
 def config_checks():
-    """nagent_config_checks.CHECKS, loaded when a config file gives mcp_servers or permissions:
-    only then does a command pay for their parsers (--status stays light without them)."""
+    """nagent_config_checks.checks, for resolve_settings (the module is light: its parsers load
+    only when a config file gives mcp_servers or permissions)."""
     from nagent_config_checks import checks
     return checks()
 

@@ -40,6 +40,7 @@ from nagent_invocation import Invocation
 from nagent_lifecycle_commands import selected_path, status
 from nagent_line_editing import LineEditor, path_candidates
 from nagent_paths import conversations_dir
+from nagent_preload import preload
 from nagent_terminal_text import one_line
 from nagent_typeahead import Typeahead
 
@@ -54,16 +55,6 @@ RUN_MODULES = ("nagent_session", "nagent_loop", "nagent_output", "nagent_display
                "nagent_llm", "nagent_typeahead")
 BANNER = ("nagent: Enter sends; Alt-Enter or a trailing \\ adds a line; /help lists commands; "
           "Ctrl-D leaves")
-
-
-def preload(modules):
-    """Import `modules` (names), ignoring failures: the run reports them itself."""
-    import importlib
-    for name in modules:
-        try:
-            importlib.import_module(name)
-        except Exception:  # noqa: BLE001 -- a missing SDK is the run's error to report
-            pass
 
 
 def conversation_names(environ=None):
@@ -149,9 +140,7 @@ class Chat:
 
     # -- entries ---------------------------------------------------------------------------
     def preload(self, modules):
-        import threading   # not before the prompt shows
-        self.loader = threading.Thread(target=preload, args=(modules,), daemon=True)
-        self.loader.start()
+        self.loader = preload(modules)
 
     def guarded(self, body):
         """`body()` under nagent's error convention: an error is its one line, never the end.

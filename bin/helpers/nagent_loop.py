@@ -3,7 +3,7 @@
 Data contract: `run_agent_loop(session, prompt, source) -> RunOutcome`. `session` (see
 nagent_session) names the conversation file, settings, action context and loop limits;
 `prompt` None with source "retry" re-runs the last prompt whose run failed
-(nagent_run_records.failed_prompt; UsageError when there is none), as a new prompt record.
+(nagent_run_records.retry_prompt: a UsageError when there is none), as a new prompt record.
 Every prompt, reply (valid or not), result, correction, provider error and interruption is
 appended as one record before anything else happens, so the file is always the whole truth
 and a killed run loses nothing it had accepted. A run that fails after its prompt was
@@ -46,36 +46,60 @@ initial context's warnings.
 Once the run's first reply starts to arrive (its first text: the request is out, and the model is
 still writing), a thread imports what handling the reply needs (FIRST_STEP_MODULES), so the
 first step does not wait for those imports after the answer.
+
+A dispatch point (tests/test_architecture.py): the parser, the reply's action handling and the
+MCP channel (for a run with MCP servers) load where first needed, not before the first request.
 """
+import contextlib
 import json
 import os
 import sys
 from dataclasses import dataclass, replace
 
 import nagent_llm
-import nagent_protocol
 from nagent_accounting import TokenStats
 from nagent_conversation import ConversationWriter, utc_now
 from nagent_errors import (EXIT_CODES, BudgetError, ExitSignal, LimitError, NagentError,
-                           ProtocolFailure, ProviderError, UsageError)
+                           ProtocolFailure, ProviderError)
 from nagent_hooks import gate_response, refusal_view
-from nagent_loop_actions import FIRST_STEP_MODULES, preload, process_tags, repeated_too_often
-from nagent_mcp_channel import run_channel
+from nagent_preload import preload
 from nagent_procs import exit_signals
 from nagent_project_conversations import new_origin, origin_in, record_use
 from nagent_requests import build_request
 from nagent_run import DeltaRedactor, Run
 from nagent_run_presence import deliver_inbox, late_messages, progress, registered
-from nagent_run_records import (CONTINUATION_ATTRS, CONTINUE_TEXT, CUT_TEXT, failed_prompt,
-                                failure_marker, mode_note)
+from nagent_run_records import (CONTINUATION_ATTRS, CONTINUE_TEXT, CUT_TEXT, failure_marker,
+                                interrupt_record, mode_note, retry_prompt)
 from nagent_run_snapshots import RunSnapshots
 from nagent_window import maybe_compact
+
+
+# What handling the first reply imports (parser, actions, shell, snapshots, the response hook):
+# loaded in a thread while the first reply arrives, not after it is in (the first step of a run).
+FIRST_STEP_MODULES = ("nagent_protocol", "nagent_loop_actions", "nagent_action_view",
+                      "nagent_actions", "nagent_shell", "nagent_run_snapshots", "nagent_hooks")
 
 
 def _protocol():
     """The parser and its text helpers, imported when the first reply is in: compiling its
     patterns is start-up cost the first request need not wait for."""
+    import nagent_protocol
     return nagent_protocol
+
+
+def _reply_handling():
+    """nagent_loop_actions (process_tags, repeated_too_often), imported when a reply is in."""
+    import nagent_loop_actions
+    return nagent_loop_actions
+
+
+def _mcp_channel(session):
+    """The run's MCP channel (nagent_mcp_channel.run_channel); a run whose settings name no
+    server never loads that module."""
+    if not session.settings.mcp_servers:
+        return contextlib.nullcontext()
+    from nagent_mcp_channel import run_channel
+    return run_channel(session)
 
 
 @dataclass(frozen=True)
@@ -217,7 +241,7 @@ def run_agent_loop(session, prompt, source="argv", events=None):
         events.emit("run_start", conversation=session.path, provider=settings.provider.name,
                     model=settings.model, invocation=session.meta.get("invocation", "user"))
     with ConversationWriter(session.path, lock_timeout=session.limits.lock_timeout) as writer, \
-            exit_signals(), registered(session) as instance, run_channel(session) as channel:
+            exit_signals(), registered(session) as instance, _mcp_channel(session) as channel:
         if prompt is None:
             prompt = retry_prompt(writer.records(), session.path)
         run = Run(session, writer, events)
@@ -234,13 +258,13 @@ def _run(run, prompt, source):
     try:
         done = _loop(run, prompt, source)
     except KeyboardInterrupt:
-        text, attrs = interrupt_record(run, "The user interrupted the previous run (Ctrl-C).")
+        text, attrs = interrupt_record(run.cut_off, "The user interrupted the previous run (Ctrl-C).")
         run.append("interrupt", text, attrs)
         end_snapshot(run)
         return outcome(run, None, EXIT_CODES["interrupted"], error={"error": "interrupted"})
     except ExitSignal as stop:
         # A running shell command's group (and a sub-agent's tree) was ended on the way out.
-        text, attrs = interrupt_record(run, f"The previous run was ended by {stop.name}.")
+        text, attrs = interrupt_record(run.cut_off, f"The previous run was ended by {stop.name}.")
         run.append("interrupt", text, attrs)
         end_snapshot(run)
         return outcome(run, None, stop.exit_code, error={"error": f"ended by {stop.name}"})
@@ -269,23 +293,6 @@ def end_snapshot(run):
         run.snapshots.end_turn()
     except (KeyboardInterrupt, ExitSignal):
         pass
-
-
-def interrupt_record(run, text):
-    """(body, attrs) of an interrupt record, naming the sub-agents the interruption cut off."""
-    if not run.cut_off:
-        return text, None
-    names = ", ".join(run.cut_off)
-    return (f"{text} Sub-agents cut off (their conversations keep what they did): {names}.",
-            {"cut_off": " ".join(run.cut_off)})
-
-
-def retry_prompt(records, path):
-    prompt = failed_prompt(records)
-    if prompt is None:
-        raise UsageError("no failed prompt to retry", path, "nagent --retry re-runs the last "
-                         "prompt when its run failed; the last run finished or there is none")
-    return prompt
 
 
 def start_conversation(run):
@@ -440,13 +447,14 @@ def _loop(run, prompt, source):
             first, _, rest = view.partition("\n")
             run.emit("note", text=f"{first}; asking again\n{rest}".rstrip("\n"))
             continue
-        repeated = repeated_too_often(run, actions, limits.repeat_limit)
+        handling = _reply_handling()
+        repeated = handling.repeated_too_often(run, actions, limits.repeat_limit)
         if repeated and run.recent_actions[-1][1] > limits.repeat_limit:
             # Past the warning: stop without running the same thing yet again.
             return final_summary(run, LimitError(
                 "the model repeated the same action", run.recent_actions[-1][1],
                 "the conversation keeps every step; rephrase the task"))
-        process_tags(run, actions)
+        handling.process_tags(run, actions)
         if repeated:
             text = (f"You have run the same action {run.recent_actions[-1][1]} times in a row "
                     "with the same result. Do something different or give your final "

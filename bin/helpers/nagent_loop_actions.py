@@ -15,12 +15,9 @@ batch); a shell action's closing snapshot is taken at once, and the files it cha
 announced as an edit tag's are (run.snapshots.close_now). A batch runs concurrently (nagent_actions.process_agents), is a barrier for what
 follows, appends results in tag order and emits "agents" events while its children run.
 `repeated_too_often(run, actions, limit)` is the repeated-action guard's count
-(run.recent_actions). `preload(names)` imports `names` in a daemon thread (returned); the loop
-loads FIRST_STEP_MODULES, what running the first reply's actions imports, that way while the
-run's first reply arrives. Nothing here prints.
+(run.recent_actions). The loop imports this module when a reply is in, or sooner in its preload
+thread while the run's first reply arrives (nagent_loop.FIRST_STEP_MODULES). Nothing here prints.
 """
-import importlib
-import threading
 import time
 from dataclasses import replace
 
@@ -28,28 +25,6 @@ from nagent_accounting import add_child
 from nagent_action_view import action_result, action_summary
 from nagent_file_change import capped
 from nagent_run_presence import progress
-
-# What handling the first reply imports (parser, actions, shell, snapshots, the response hook):
-# loaded in a thread while the first reply arrives, not after it is in (the first
-# step of a run). Layers point one way (no import cycles), so the thread's imports cannot
-# deadlock against the run's own; one that fails is simply imported, and reported, again by the
-# code that needs it.
-FIRST_STEP_MODULES = ("nagent_protocol", "nagent_action_view", "nagent_actions", "nagent_shell",
-                      "nagent_run_snapshots", "nagent_hooks")
-
-
-def preload(names):
-    """Import `names` in a daemon thread; returns the thread."""
-    def load():
-        for name in names:
-            try:
-                importlib.import_module(name)
-            except Exception:   # noqa: BLE001 - the run imports it again and reports it
-                pass
-    thread = threading.Thread(target=load, name="nagent-preload", daemon=True)
-    thread.start()
-    return thread
-
 
 EVENT_DIFF_LINES, EVENT_DIFF_BYTES = 2000, 256 * 1024
 BATCHED = ("agent", "file-edit")

@@ -10,6 +10,7 @@ collected and closes its connection mid-call (measured, see design notes). It is
 `Client`: the SDK's client, and the SDK's reply models being built while the first request is
 on the wire (ReplyModels).
 """
+import json
 import threading
 from dataclasses import dataclass
 
@@ -21,14 +22,14 @@ INLINE_LIMIT = 20 * 1024 * 1024   # larger uploads go through the Files API
 STAND_IN = "."                    # contents the SDK converts, then replaced by extra_body
 
 
-# A reply as Gemini sends one: its parse builds the models a real reply's parse needs.
-SAMPLE_REPLY = {
-    "candidates": [{"content": {"parts": [{"text": "."}], "role": "model"},
-                    "finishReason": "STOP", "index": 0}],
-    "usageMetadata": {"promptTokenCount": 1, "candidatesTokenCount": 1, "totalTokenCount": 2,
-                      "cachedContentTokenCount": 0, "thoughtsTokenCount": 0,
-                      "promptTokensDetails": [{"modality": "TEXT", "tokenCount": 1}]},
-    "modelVersion": "gemini", "responseId": "r"}
+# A reply as Gemini sends one: its parse builds the models a real reply's parse needs. JSON
+# text, parsed for each use: the SDK's parse edits the dict it is given.
+SAMPLE_REPLY = (
+    '{"candidates": [{"content": {"parts": [{"text": "."}], "role": "model"}, '
+    '"finishReason": "STOP", "index": 0}], "usageMetadata": {"promptTokenCount": 1, '
+    '"candidatesTokenCount": 1, "totalTokenCount": 2, "cachedContentTokenCount": 0, '
+    '"thoughtsTokenCount": 0, "promptTokensDetails": [{"modality": "TEXT", "tokenCount": 1}]}, '
+    '"modelVersion": "gemini", "responseId": "r"}')
 
 
 class ReplyModels:
@@ -63,7 +64,7 @@ class ReplyModels:
 
     def build(self):
         try:
-            self.types.GenerateContentResponse._from_response(response=dict(SAMPLE_REPLY),
+            self.types.GenerateContentResponse._from_response(response=json.loads(SAMPLE_REPLY),
                                                               kwargs={})
         except Exception:   # noqa: BLE001 - only time is lost: the real reply builds them
             pass

@@ -10,7 +10,10 @@ Data contract (records are nagent_conversation.Record):
   model's continuation, and "inbox", a message sent into a run with `nagent --send`, which
   belongs to the turn it arrived in); `is_inbox_message(record)`: such a message.
 - `failed_prompt(records)` is the prompt a `nagent --retry` re-runs: the last user prompt
-  when its run is marked failed; else None.
+  when its run is marked failed; else None. `retry_prompt(records, path)` is that prompt, or a
+  UsageError when there is none.
+- `interrupt_record(cut_off, text)` -> (body, attrs) of an interrupt record: `text`, naming the
+  sub-agents the interruption cut off (`cut_off`, their conversation names), if any.
 - A prompt of a plan-mode run carries mode="plan". `mode_note(records, mode)` is the <system>
   note a run appends before its prompt when its mode is not the one of the previous user
   prompt (the initial context's session facts only tell the mode a conversation started in);
@@ -19,6 +22,7 @@ Data contract (records are nagent_conversation.Record):
   text without the attribute) between a reply cut by the output limit (valid="partial") and
   the call that continues it.
 """
+from nagent_errors import UsageError
 
 FAILED_RUN = "failed"
 CONTINUE_TEXT = ("<system>Your reply was cut off by the output limit. Continue exactly where it "
@@ -82,3 +86,19 @@ def failed_prompt(records):
 def is_continuation_note(record):
     return record.kind == "system" and (record.attr("continuation") == "true"
                                         or record.body.startswith(CONTINUE_TEXT[:50]))
+
+
+def retry_prompt(records, path):
+    prompt = failed_prompt(records)
+    if prompt is None:
+        raise UsageError("no failed prompt to retry", path, "nagent --retry re-runs the last "
+                         "prompt when its run failed; the last run finished or there is none")
+    return prompt
+
+
+def interrupt_record(cut_off, text):
+    if not cut_off:
+        return text, None
+    names = ", ".join(cut_off)
+    return (f"{text} Sub-agents cut off (their conversations keep what they did): {names}.",
+            {"cut_off": " ".join(cut_off)})
