@@ -439,18 +439,11 @@ def provider_overrides(args):
             if key.dest and values.get(key.dest) is not None}
 
 
-def config_checks():
-    """nagent_config_checks.checks, for resolve_settings (the module is light: its parsers load
-    only when a config file gives mcp_servers or permissions)."""
-    from nagent_config_checks import checks
-    return checks()
-
-
 def load_settings(args, environ=None, warn=True):
     """resolve_settings for a command's flags; its warnings (unknown config keys) go to stderr
     once, here, where the command resolves them."""
-    from nagent_config import resolve_settings
-    settings = resolve_settings(provider_overrides(args), environ, config_checks)
+    from nagent_config_checks import resolve_checked
+    settings = resolve_checked(provider_overrides(args), environ)
     if warn:
         for line in settings.warnings:
             sys.stderr.write(f"warning: {line}\n")

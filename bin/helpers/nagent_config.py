@@ -21,7 +21,7 @@ Data contract
   STRUCTURED rows (mcp_servers, permissions), whose parsers sit above this layer; it is called
   only when a config file gives one of them (else the row is empty and no parser loads), so a
   command such as --status pays for them only with a config that holds them.
-  nagent_config_checks.resolve_checked passes them; nagent_cli.load_settings loads them lazily;
+  nagent_config_checks.resolve_checked passes them (every caller resolves settings with it);
   without `checks`, a config that gives such a row is a TypeError (a caller's bug), never a
   row left unchecked. Errors, in this order, before anything is written: NAGENT_CONFIG
   naming a missing file, an unreadable or malformed file (ConfigError naming the file and the

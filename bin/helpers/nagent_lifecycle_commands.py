@@ -358,8 +358,8 @@ def summarize(options, settings):
 
 
 def edit_conversation(options, settings):
-    from nagent_cli import config_checks, read_prompt
-    from nagent_config import resolve_settings
+    from nagent_cli import read_prompt
+    from nagent_config_checks import resolve_checked
     from nagent_conversation_edit import PASSED_OPTIONS, instruction_text
     from nagent_conversation_edit import edit_conversation as run_edit
     path = selected_path(options)
@@ -367,7 +367,7 @@ def edit_conversation(options, settings):
     instruction = instruction_text(options.edit_conversation, extra)
     # The edit session gets the provider, model, timeout, call and shell flags, no others.
     flags = {name: value for name, value in options.overrides.items() if name in PASSED_OPTIONS}
-    return run_edit(path, instruction, resolve_settings(flags, dict(os.environ), config_checks))
+    return run_edit(path, instruction, resolve_checked(flags, dict(os.environ)))
 
 
 def compact(options, settings):

@@ -70,19 +70,17 @@ class ReplyModels:
             pass
 
     def hooks(self):
-        # Plain functions: the SDK copies its options, and a bound method would be deep-copied
-        # with the thread it holds.
-        start, wait = self.start, self.wait
-
+        """The HTTP client's event hooks: the request hook adds the connection trace that starts
+        the thread (keeping a trace already set), the response hook waits for it."""
         def traced(request):
             earlier = request.extensions.get("trace")
 
             def trace(name, info):
                 if name.endswith("receive_response_headers.started"):
-                    start()
+                    self.start()
                 return earlier(name, info) if earlier is not None else None
             request.extensions = {**request.extensions, "trace": trace}
-        return {"request": [traced], "response": [lambda response: wait()]}
+        return {"request": [traced], "response": [lambda response: self.wait()]}
 
 
 @dataclass(frozen=True)
