@@ -34,7 +34,7 @@ module then: neither it nor a snapshot delays the first request); a no-op when
   project (nagent_tree_watch; set up in a thread at the run's first changing action) that saw
   nothing since this run's last snapshot, which is still the store's last entry, the snapshot
   repeats it (nagent_snapshots.repeat_snapshot) without running git. Not where a sandboxed
-  command could hide a change from the watch (`_watchable`), nor when inotify cannot promise it.
+  command could hide a change from the watch (`TreeWatch.start`'s `writable`), nor when inotify cannot promise it.
   Unsandboxed, the directories no snapshot looks into (ignored ones) are left out of the watch,
   until an ignore rule changes or a snapshot adds a file in one.
 Every snapshot runs under the store's lock, after finishing a rewind a killed process left
@@ -56,7 +56,7 @@ from nagent_errors import NagentError
 from nagent_file_change import between
 from nagent_paths import within
 from nagent_shadow_git import parse_raw_diff, read_head
-from nagent_tree_watch import TreeWatch, exposes_project
+from nagent_tree_watch import TreeWatch
 
 CHANGING_KINDS = frozenset({"shell", "write", "file-patch", "replace", "file-edit", "agent"})
 LOCK_WAIT = 30.0
@@ -127,8 +127,6 @@ class RunSnapshots:
         store = self.store
 
         def start():
-            if not self._watchable():
-                return
             skip = frozenset()
             # Ignored directories (node_modules, .venv) are left out only unsandboxed: a command
             # could hard-link a project file into one and write through the link unseen.
@@ -138,7 +136,14 @@ class RunSnapshots:
                     skip = snapshots.ignored_dirs(store, scope, self.skip_basis)
                 except (NagentError, OSError):
                     skip = frozenset()
-            self.started_watch = TreeWatch.start(scope.root, scope.user_git, skip=skip)
+            # Sandboxed, the watch holds only while no writable root reaches a project file
+            # under a name outside the project on one mount, where a command could hard-link
+            # the file out of the tree and write through the link unseen; every writable root
+            # is a bind mount of its own, and link() across mounts fails (EXDEV). Unsandboxed,
+            # a command can rewrite the store itself: the snapshots hold against mistakes there,
+            # and the watch sees every change a mistake makes through the tree.
+            self.started_watch = TreeWatch.start(scope.root, scope.user_git, skip=skip,
+                                                 writable=self.session.sandbox_roots)
         self.watching = threading.Thread(target=start, name="nagent-tree-watch", daemon=True)
         self.watching.start()
 
@@ -146,16 +151,6 @@ class RunSnapshots:
         if self.watch is None and self.watching is not None and not self.watching.is_alive():
             self.watch, self.started_watch = self.started_watch, None
         return self.watch
-
-    def _watchable(self):
-        """Unsandboxed, a command can rewrite the store itself: the snapshots hold against
-        mistakes there, and the watch sees every change a mistake makes through the tree. A
-        sandboxed command must not reach a project file under a name outside the project on
-        one mount (nagent_tree_watch.exposes_project), where it could hard-link the file out of
-        the tree and write through the link unseen; every writable root is a bind mount of its
-        own, and link() across mounts fails (EXDEV)."""
-        roots = self.session.sandbox_roots
-        return roots is None or not exposes_project(self.scope.root, roots)
 
     def _snapshot(self, meta):
         """take_snapshot, or its repeat when the watch saw nothing since this run's last entry,
@@ -319,7 +314,19 @@ class RunSnapshots:
                 self._take("end" if self.open else None, maintain=True)
             self._flush()
         finally:
+            if self.session.environ.get("NAGENT_DEBUG"):
+                self.emit("note", text=f"debug: tree watch: {self._watch_state()}")
             self._unwatch()
+
+    def _watch_state(self):
+        """Why snapshots did or did not skip git status this turn (NAGENT_DEBUG=1 shows it)."""
+        watch = self._ready_watch()
+        if self.watching is None and watch is None:
+            return "not started (no changing action, or snapshots off)"
+        if watch is None:
+            return ("still being set up" if self.watching.is_alive() else
+                    "refused here (see nagent_tree_watch.TreeWatch.start)")
+        return f"gave up: {watch.reason}" if watch.broken else "in use"
 
     def _unwatch(self):
         if self.watching is not None:

@@ -14,9 +14,14 @@ Data contract:
 - `watch.changed() -> bool`: True when anything happened in the tree since the watch started or
   since the last call (every call drains the queue and starts a new interval), or when the
   watch can no longer tell: the kernel's queue overflowed, the root was moved, deleted or is
-  no longer the directory at its path, this process's mount table changed (a mount over a
-  directory of the tree makes no event), one of the conditions `start` refuses arose, a read
-  failed. From then on it is always True. A directory that appears is watched, and walked,
+  no longer the directory at its path, a mount at, above or inside the root came or went (a
+  mount over a directory of the tree makes no event), one of the conditions `start` refuses
+  arose, a read failed. From then on it is always True, and `watch.reason` says why. Any other
+  change of this process's mount table costs one True: mounts elsewhere come and go on many
+  machines (container engines, automounters), and must not cost the watch.
+- `writable`: a sandbox's writable roots (None unsandboxed). `start` refuses, and `changed`
+  ends the promise, while one of them exposes the project (`exposes_project`), checked again
+  at every change of the mount table. A directory that appears is watched, and walked,
   before this returns; a regular file that appears with more than one link gets an inode watch.
   So: when it returns False, the tree is as it was when the previous call returned, as far as
   git status could see it.
@@ -105,6 +110,10 @@ def read_mounts(mountinfo=MOUNTINFO):
             table = handle.read()
     except OSError:
         raise Unwatchable("no mount table") from None
+    return _parse_mounts(table)
+
+
+def _parse_mounts(table):
     mounts = []
     for line in table.splitlines():
         fields, _, tail = line.partition(b" - ")
@@ -158,12 +167,17 @@ def _region(mount, path):
 
 def exposes_project(root, writable, mountinfo=MOUNTINFO):
     try:
-        mounts = read_mounts(mountinfo)
-        root = os.fsencode(root)
-        device = _device(root)
-        home = _holding(mounts, root, device)
-    except (Unwatchable, OSError):
+        return _exposes(read_mounts(mountinfo), os.fsencode(root), writable)
+    except Unwatchable:
         return True
+
+
+def _exposes(mounts, root, writable):
+    try:
+        device = _device(root)
+    except OSError:
+        return True
+    home = _holding(mounts, root, device)
     if home is None:
         return True
     project = _region(home, root)
@@ -181,19 +195,27 @@ def exposes_project(root, writable, mountinfo=MOUNTINFO):
     return False
 
 
+def _mount_view(mounts, root):
+    """The mounts that decide what the tree shows under its path: those at or above the root
+    and those inside it, in the table's order."""
+    return [mount for mount in mounts if _inside(root, mount[2]) or _inside(mount[2], root)]
+
+
 class TreeWatch:
-    def __init__(self, libc, fd, root, user_git, max_watches, skip=frozenset()):
+    def __init__(self, libc, fd, root, user_git, max_watches, skip=frozenset(), writable=None):
         self.libc, self.fd, self.root, self.max_watches = libc, fd, root, max_watches
+        self.writable = writable      # a sandbox's writable roots, or None (unsandboxed)
         self.skip = skip              # directories left out (the snapshot never looks in them)
         self.user_git = user_git      # bytes or None: the project's own .git directory
         self.paths = {}               # watch descriptor -> (kind, path): "dir" or "file"
         self.dirty = True             # the first call always answers True
         self.broken = False
+        self.reason = None            # why `changed` answers True from now on
         self.identity = None          # (st_dev, st_ino) of the root when the watch started
-        self.mount_poll = self.mount_file = None
+        self.mount_poll = self.mount_file = self.mount_view = None
 
     @classmethod
-    def start(cls, root, user_git=None, max_watches=MAX_WATCHES, skip=frozenset()):
+    def start(cls, root, user_git=None, max_watches=MAX_WATCHES, skip=frozenset(), writable=None):
         libc = _libc()
         if libc is None:
             return None
@@ -206,7 +228,8 @@ class TreeWatch:
         if fd < 0:
             return None
         watch = cls(libc, fd, os.fsencode(root), os.fsencode(user_git) if user_git else None,
-                    max_watches, frozenset(os.fsencode(path) for path in skip))
+                    max_watches, frozenset(os.fsencode(path) for path in skip),
+                    None if writable is None else tuple(writable))
         try:
             watch._watch_mounts()
             info = os.stat(watch.root)
@@ -220,10 +243,20 @@ class TreeWatch:
 
     def _watch_mounts(self):
         # A change to this process's mount table wakes a poller with POLLPRI (proc(5)).
+        # The table is read after the file is opened: a change from then on wakes the poller,
+        # so no change falls between the view kept here and the first poll.
         self.mount_file = open(MOUNTINFO, "rb")
-        self.mount_file.read()
+        mounts = _parse_mounts(self.mount_file.read())
         self.mount_poll = select.poll()
         self.mount_poll.register(self.mount_file.fileno(), select.POLLPRI | select.POLLERR)
+        self._check_mounts(mounts)
+        self.mount_view = _mount_view(mounts, self.root)
+
+    def _check_mounts(self, mounts):
+        if self.mount_view is not None and _mount_view(mounts, self.root) != self.mount_view:
+            raise Unwatchable("a mount at or inside the tree changed")
+        if self.writable is not None and _exposes(mounts, self.root, self.writable):
+            raise Unwatchable("a writable root of the sandbox shows the project's filesystem")
 
     def _add(self, path, mask, kind="dir"):
         if len(self.paths) >= self.max_watches:
@@ -325,12 +358,15 @@ class TreeWatch:
                     break
                 self._events(data)
             if self.mount_poll.poll(0):
-                raise Unwatchable("the mount table changed")
+                # Elsewhere on the machine, mounts come and go (container engines, automounters):
+                # one full look, and the watch goes on while what the tree shows is the same.
+                self._check_mounts(read_mounts())
+                self.dirty = True
             info = os.stat(self.root)
             if (info.st_dev, info.st_ino) != self.identity:
                 raise Unwatchable("the root is another directory now")
-        except (Unwatchable, OSError, ValueError):
-            self.broken = True
+        except (Unwatchable, OSError, ValueError) as error:
+            self.broken, self.reason = True, str(error) or type(error).__name__
             return True
         dirty, self.dirty = self.dirty, False
         return dirty
@@ -369,7 +405,7 @@ class TreeWatch:
     def give_up(self):
         """The caller knows something the watch cannot see changed what counts: from now on
         `changed` is always True."""
-        self.broken = True
+        self.broken, self.reason = True, "given up"
 
     def close(self):
         fd, self.fd = self.fd, None
