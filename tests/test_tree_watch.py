@@ -440,7 +440,9 @@ class RunSkipsStatusTest(RewindRunCase):
         self.assertTrue(self.cwd.startswith(("/tmp/", "/var/tmp/")), self.cwd)
         self.project({"a.py": "x = 1\n"})
         self.statuses()
-        self.sandboxed_turn(5)
+        debug = self.sandboxed_turn(5, NAGENT_DEBUG="1")
+        self.assertIn("tree watch: refused here: a writable root of the sandbox shows the "
+                      "project's filesystem", debug)
         self.assertGreaterEqual(self.statuses(), 10, "before and after each of five actions")
 
     @unittest.skipUnless(HAVE_BWRAP, "bwrap not installed")

@@ -56,7 +56,7 @@ from nagent_errors import NagentError
 from nagent_file_change import between
 from nagent_paths import within
 from nagent_shadow_git import parse_raw_diff, read_head
-from nagent_tree_watch import TreeWatch
+from nagent_tree_watch import TreeWatch, Unwatchable
 
 CHANGING_KINDS = frozenset({"shell", "write", "file-patch", "replace", "file-edit", "agent"})
 LOCK_WAIT = 30.0
@@ -102,6 +102,7 @@ class RunSnapshots:
         self.watch = None        # nagent_tree_watch.TreeWatch over the project, when it can tell
         self.watching = None     # the thread setting it up (its result in self.started_watch)
         self.started_watch = None
+        self.watch_refused = None  # why TreeWatch.open refused, for NAGENT_DEBUG
         self.skip_basis = None   # tracked_ignored() when the watch's ignored directories were found
         self.last = None         # the journal entry this run recorded last
 
@@ -142,8 +143,11 @@ class RunSnapshots:
             # is a bind mount of its own, and link() across mounts fails (EXDEV). Unsandboxed,
             # a command can rewrite the store itself: the snapshots hold against mistakes there,
             # and the watch sees every change a mistake makes through the tree.
-            self.started_watch = TreeWatch.start(scope.root, scope.user_git, skip=skip,
-                                                 writable=self.session.sandbox_roots)
+            try:
+                self.started_watch = TreeWatch.open(scope.root, scope.user_git, skip=skip,
+                                                    writable=self.session.sandbox_roots)
+            except Unwatchable as error:
+                self.watch_refused = str(error)
         self.watching = threading.Thread(target=start, name="nagent-tree-watch", daemon=True)
         self.watching.start()
 
@@ -325,7 +329,7 @@ class RunSnapshots:
             return "not started (no changing action, or snapshots off)"
         if watch is None:
             return ("still being set up" if self.watching.is_alive() else
-                    "refused here (see nagent_tree_watch.TreeWatch.start)")
+                    f"refused here: {self.watch_refused}")
         return f"gave up: {watch.reason}" if watch.broken else "in use"
 
     def _unwatch(self):

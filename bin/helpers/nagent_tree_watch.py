@@ -2,7 +2,8 @@
 inotify): a run's snapshot then repeats the last one instead of running git status.
 
 Data contract:
-- `TreeWatch.start(root, user_git=None, max_watches=MAX_WATCHES) -> TreeWatch | None`: watches
+- `TreeWatch.start(root, user_git=None, max_watches=MAX_WATCHES) -> TreeWatch | None`
+  (`TreeWatch.open`: the same, raising Unwatchable with the reason instead of None): watches
   every directory under `root` (a real path), `.git` directories included (their contents
   decide what git status sees: whether a nested repository is one, the project's index and
   info/exclude), and the inode of every regular file with more than one link (a write through
@@ -216,17 +217,26 @@ class TreeWatch:
 
     @classmethod
     def start(cls, root, user_git=None, max_watches=MAX_WATCHES, skip=frozenset(), writable=None):
+        try:
+            return cls.open(root, user_git, max_watches, skip, writable)
+        except Unwatchable:
+            return None
+
+    @classmethod
+    def open(cls, root, user_git=None, max_watches=MAX_WATCHES, skip=frozenset(), writable=None):
+        """`start`, raising Unwatchable with the reason instead of returning None."""
         libc = _libc()
         if libc is None:
-            return None
+            raise Unwatchable("no inotify here")
         try:
-            if remote_mounts(root):
-                return None
-        except (Unwatchable, OSError):
-            return None
+            remote = remote_mounts(root)
+        except OSError as error:
+            raise Unwatchable(f"the root's mount: {error.strerror or error}") from None
+        if remote:
+            raise Unwatchable(f"a filesystem changed from elsewhere: {os.fsdecode(remote[0])}")
         fd = libc.inotify_init1(IN_NONBLOCK | IN_CLOEXEC)
         if fd < 0:
-            return None
+            raise Unwatchable(f"inotify_init1: {os.strerror(ctypes.get_errno())}")
         watch = cls(libc, fd, os.fsencode(root), os.fsencode(user_git) if user_git else None,
                     max_watches, frozenset(os.fsencode(path) for path in skip),
                     None if writable is None else tuple(writable))
@@ -236,9 +246,11 @@ class TreeWatch:
             watch.identity = (info.st_dev, info.st_ino)
             watch._walk(watch.root)
             watch._check_git_info()
-        except (Unwatchable, OSError, ValueError):
+        except (Unwatchable, OSError, ValueError) as error:
             watch.close()
-            return None
+            if isinstance(error, Unwatchable):
+                raise
+            raise Unwatchable(f"{type(error).__name__}: {error}") from None
         return watch
 
     def _watch_mounts(self):
