@@ -10,7 +10,7 @@ import nagent_batch_dask
 import nagent_batch_store as store
 import nagent_batch_workspace as workspace
 from nagent_batch_exec import Outcome, RunOptions, new_result
-from nagent_batch_pool import BatchOptions, prepare
+from nagent_batch_pool import BatchOptions, prepare, take_task
 from nagent_batch_tasks import Task, load_tasks, nagent_argv, task_sha
 
 
@@ -153,6 +153,30 @@ class ResultsFileTest(HermeticTestCase):
         self.assertEqual([task.id for task in todo], ["a", "b", "c"])
         self.assertEqual(sorted(name for name in os.listdir(workdir) if not name.startswith(".repo-")),
                          [f"b.{other}"])
+
+    def test_an_attempt_whose_lock_outlived_the_kill_is_recovered_once_the_task_is_ours(self):
+        # At the restart, something of the killed attempt still held the task's lock: the
+        # batch's first look passes its workspace by ("still running somewhere"). Once the
+        # task's lock is this batch's, before the task runs again, nothing of it may be left
+        # (CI once found the workspace and its manifest after the second batch ended).
+        a = self.tasks[0]
+        out, attempt = os.path.abspath("t.out"), "20260101T000000Z-0000000a"
+        workdir = os.path.join(out, "work")
+        with self.patched_environ():
+            workspace.create(a, workdir, f"a.{attempt}", self.env,
+                             lambda made: store.write_manifest(workdir, made, a, attempt, "conv"))
+            held = store.task_lock(out, "a")
+            results, todo, _ = prepare(self.tasks, BatchOptions(out, 1, RunOptions(workdir)))
+            self.assertEqual([task.id for task in todo], ["a", "b", "c"])
+            self.assertIn(f"a.{attempt}", os.listdir(workdir))
+            os.close(held)
+            lock = take_task(a, out, RunOptions(workdir), patience=5.0)
+        self.assertIsNotNone(lock)
+        os.close(lock)
+        self.assertEqual([name for name in os.listdir(workdir) if not name.startswith(".repo-")], [])
+        self.assertEqual([(line["id"], line["attempt"], line["status"])
+                          for line in read_lines("t.out/results.jsonl")],
+                         [("a", attempt, "interrupted")])
 
     def test_deleting_a_line_by_hand_runs_the_task_again(self):
         out = os.path.abspath("t.out")

@@ -4,8 +4,9 @@ Data contract:
 - `BatchOptions` (frozen): out (the output folder), jobs, max_cost (USD for the whole folder,
   or None), retry_failed, run (nagent_batch_exec.RunOptions).
 - `run_here(task, out, run, notify, cancel, append=True)` runs one attempt on this machine
-  the one way the pool and `--run-one` share: it takes the task's lock (waiting up to
-  LOCK_WAIT for an attempt whose batch was killed to end), records the workspace's manifest
+  the one way the pool and `--run-one` share: it takes the task's lock (`take_task`: waiting up
+  to LOCK_WAIT for an attempt whose batch was killed to end, then recovering what that attempt
+  left, nagent_batch_store.recover_task), records the workspace's manifest
   before anything runs in it, stores the attempt in OUT/tasks (and appends its line to
   results.jsonl when `append`), and only then removes the workspace. Returns the results
   line, or None when another process holds the task.
@@ -80,8 +81,27 @@ def _wait_lock(out, task_id, patience):
         time.sleep(0.2)
 
 
-def run_here(task, out, run, notify=None, cancel=None, append=True, patience=LOCK_WAIT):
+def take_task(task, out, run, patience=LOCK_WAIT):
+    """The task's lock (None when another process keeps it past `patience`), with what an
+    earlier holder left recovered: an attempt of a killed batch that still held the lock when
+    this batch first looked (`prepare`) is stored as "interrupted" and its workspace removed
+    before the task runs again."""
     lock = _wait_lock(out, task.id, patience)
+    if lock is not None and run.workdir is not None:
+        try:
+            store.recover_task(out, run.workdir, task.id, dict(os.environ), _interrupted)
+        except BaseException:
+            os.close(lock)
+            raise
+    return lock
+
+
+def _interrupted(data, ws):
+    return interrupted_outcome(data, ws, INTERRUPTED)
+
+
+def run_here(task, out, run, notify=None, cancel=None, append=True, patience=LOCK_WAIT):
+    lock = take_task(task, out, run, patience)
     if lock is None:
         return None
     try:
@@ -136,8 +156,7 @@ def prepare(tasks, options):
     os.makedirs(options.out, exist_ok=True)
     store.collect(options.out)   # first: an attempt stored but not yet appended is a result
     if options.run.workdir is not None:
-        store.recover(options.out, options.run.workdir, dict(os.environ),
-                      lambda data, ws: interrupted_outcome(data, ws, INTERRUPTED))
+        store.recover(options.out, options.run.workdir, dict(os.environ), _interrupted)
     results = store.read_results(options.out)
     todo, notes = store.pending(tasks, results, options.retry_failed)
     return results, todo, list(results.warnings) + notes

@@ -43,6 +43,8 @@ Data contract:
   attempt that stored its result (result.json) is never made "interrupted". A manifest naming
   a directory outside the workdir is ignored. A manifest a kill cut short (its temp file) goes,
   with its workspace while that is still the empty directory `create` made.
+  `recover_task(out, workdir, task_id, environ, make_outcome)` does the same for one task whose
+  lock the caller holds: an attempt whose process still held the lock at `recover`'s look.
 """
 import fcntl
 import hashlib
@@ -262,24 +264,42 @@ def recover(out, workdir, environ, make_outcome):
     return recovered
 
 
+def recover_task(out, workdir, task_id, environ, make_outcome):
+    """`recover` for one task whose lock the caller holds: what an earlier holder of the lock
+    left (a killed batch's attempt whose process outlived the batch's own first look)."""
+    recovered = []
+    names = sorted(os.listdir(workdir)) if os.path.isdir(workdir) else ()
+    for name in names:
+        path = os.path.join(workdir, name)
+        found = _read_manifest(path) if name.endswith(".json") else None
+        if found is not None and found[0]["id"] == task_id:
+            line = _recover_held(out, workdir, path, found, environ, make_outcome)
+            recovered += [line] if line else []
+    return recovered
+
+
 def _recover_one(out, workdir, path, found, environ, make_outcome):
-    data, ws = found
-    if os.path.realpath(os.path.dirname(ws.path)) != os.path.realpath(workdir):
-        return None   # a manifest naming a directory elsewhere is not one this batch made
-    lock = task_lock(out, data["id"])
+    lock = task_lock(out, found[0]["id"])
     if lock is None:
         return None   # still running somewhere
     try:
-        line = None
-        folder = _folder(out, data["id"], data["attempt"])
-        if _stored_line(folder, data["id"], data["attempt"]) is None:   # no result yet
-            line = store(out, make_outcome(data, ws))
-            append(out, line)
-        workspace.remove(ws, environ)
-        os.unlink(path)
-        return line
+        return _recover_held(out, workdir, path, found, environ, make_outcome)
     finally:
         os.close(lock)
+
+
+def _recover_held(out, workdir, path, found, environ, make_outcome):
+    data, ws = found
+    if os.path.realpath(os.path.dirname(ws.path)) != os.path.realpath(workdir):
+        return None   # a manifest naming a directory elsewhere is not one this batch made
+    line = None
+    folder = _folder(out, data["id"], data["attempt"])
+    if _stored_line(folder, data["id"], data["attempt"]) is None:   # no result yet
+        line = store(out, make_outcome(data, ws))
+        append(out, line)
+    workspace.remove(ws, environ)
+    os.unlink(path)
+    return line
 
 
 TEMP_MANIFEST_RE = re.compile(r"\.(?P<id>.+)\.(?P<attempt>[0-9]{8}T[0-9]{6}Z-[0-9a-f]{8})\.json"
