@@ -178,6 +178,25 @@ class ResultsFileTest(HermeticTestCase):
                           for line in read_lines("t.out/results.jsonl")],
                          [("a", attempt, "interrupted")])
 
+    def test_a_workspace_recovery_could_not_remove_keeps_its_manifest(self):
+        # The manifest is the only record of a workspace: dropped while the directory stays, the
+        # workspace would be left for good (a run's own removal already kept it; recovery did
+        # not). Here the path leads to another directory now, which is never removed.
+        a = self.tasks[0]
+        out, attempt = os.path.abspath("t.out"), "20260101T000000Z-0000000a"
+        workdir = os.path.join(out, "work")
+        with self.patched_environ():
+            ws = workspace.create(a, workdir, f"a.{attempt}", self.env,
+                                  lambda made: store.write_manifest(workdir, made, a, attempt, "conv"))
+            os.rename(ws.path, ws.path + ".moved")
+            os.makedirs(ws.path)
+            prepare(self.tasks, BatchOptions(out, 1, RunOptions(workdir)))
+            self.assertTrue(os.path.isdir(ws.path))
+            self.assertTrue(os.path.exists(store.manifest_path(workdir, "a", attempt)))
+            prepare(self.tasks, BatchOptions(out, 1, RunOptions(workdir)))
+        self.assertEqual([(line["id"], line["status"]) for line in read_lines("t.out/results.jsonl")],
+                         [("a", "interrupted")], "stored once, however often it is looked at")
+
     def test_deleting_a_line_by_hand_runs_the_task_again(self):
         out = os.path.abspath("t.out")
         for task in self.tasks[:2]:

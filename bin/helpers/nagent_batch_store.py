@@ -39,7 +39,9 @@ Data contract:
   attempt)`). `recover(out, workdir, environ, make_outcome)` turns each manifest whose task
   lock is free and whose attempt stored no result into an "interrupted" result
   (`make_outcome(manifest, ws)`: the diff, the conversation and its totals), and removes its
-  workspace: a killed batch loses nothing and leaves no workspace behind once run again. An
+  workspace: a killed batch loses nothing and leaves no workspace behind once run again (one
+  it cannot remove keeps its manifest, and the next batch tries again; the result is stored
+  once). An
   attempt that stored its result (result.json) is never made "interrupted". A manifest naming
   a directory outside the workdir is ignored. A manifest a kill cut short (its temp file) goes,
   with its workspace while that is still the empty directory `create` made.
@@ -297,8 +299,8 @@ def _recover_held(out, workdir, path, found, environ, make_outcome):
     if _stored_line(folder, data["id"], data["attempt"]) is None:   # no result yet
         line = store(out, make_outcome(data, ws))
         append(out, line)
-    workspace.remove(ws, environ)
-    os.unlink(path)
+    if workspace.remove(ws, environ) is None:
+        os.unlink(path)   # else kept: the manifest is what lets a later batch try again
     return line
 
 
