@@ -145,6 +145,8 @@ class ResultsFileTest(HermeticTestCase):
         workdir = os.path.join(out, "work")
         os.makedirs(os.path.join(workdir, f"a.{attempt}"))
         self.write_file(os.path.join(workdir, f".a.{attempt}.json.0123456789ab.tmp"), '{"id": "a"')
+        # Earlier still: after the mkdir, before the manifest's temp file (CI found one).
+        os.makedirs(os.path.join(workdir, "c.20260101T000000Z-0000000c"))
         other = "20260101T000000Z-0000000b"                     # not empty: git ran, or not ours
         self.write_file(os.path.join(workdir, f"b.{other}", "kept.txt"), "x")
         self.write_file(os.path.join(workdir, f".b.{other}.json.0123456789ab.tmp"), "")

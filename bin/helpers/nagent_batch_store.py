@@ -44,7 +44,8 @@ Data contract:
   once). An
   attempt that stored its result (result.json) is never made "interrupted". A manifest naming
   a directory outside the workdir is ignored. A manifest a kill cut short (its temp file) goes,
-  with its workspace while that is still the empty directory `create` made.
+  with its workspace while that is still the empty directory `create` made; so does such a
+  directory whose manifest the kill came before.
   `recover_task(out, workdir, task_id, environ, make_outcome)` does the same for one task whose
   lock the caller holds: an attempt whose process still held the lock at `recover`'s look.
 """
@@ -306,14 +307,17 @@ def _recover_held(out, workdir, path, found, environ, make_outcome):
 
 TEMP_MANIFEST_RE = re.compile(r"\.(?P<id>.+)\.(?P<attempt>[0-9]{8}T[0-9]{6}Z-[0-9a-f]{8})\.json"
                               r"\.[0-9a-f]{12}\.tmp")
+WORKSPACE_RE = re.compile(r"(?P<id>.+)\.(?P<attempt>[0-9]{8}T[0-9]{6}Z-[0-9a-f]{8})")
 
 
 def _unfinished_manifest(out, workdir, name):
     """A manifest whose write a kill cut short (nagent_fs.atomic_write's temp file, never
-    renamed): the workspace was made (os.mkdir) but git never ran in it, since `create` records
+    renamed), or never began (the kill came between `create`'s mkdir and the manifest's temp
+    file): the workspace was made (os.mkdir) but git never ran in it, since `create` records
     it before any git. The temp file goes, and so does the directory when it is still the empty
-    one (rmdir removes nothing else, and never follows a link)."""
-    match = TEMP_MANIFEST_RE.fullmatch(name)
+    one (rmdir removes nothing else, and never follows a link). Only with the task's lock free:
+    an attempt holds it from before its mkdir until its manifest is written."""
+    match = TEMP_MANIFEST_RE.fullmatch(name) or WORKSPACE_RE.fullmatch(name)
     if match is None or not TASK_ID_RE.fullmatch(match["id"]):
         return
     if os.path.exists(manifest_path(workdir, match["id"], match["attempt"])):
@@ -322,7 +326,8 @@ def _unfinished_manifest(out, workdir, name):
     if lock is None:
         return    # still running somewhere
     try:
-        for remove, target in ((os.unlink, name), (os.rmdir, f"{match['id']}.{match['attempt']}")):
+        targets = ((os.unlink, name),) if name.startswith(".") else ()
+        for remove, target in targets + ((os.rmdir, f"{match['id']}.{match['attempt']}"),):
             try:
                 remove(os.path.join(workdir, target))
             except OSError:
