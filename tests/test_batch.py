@@ -46,7 +46,9 @@ class KilledAndResumedPool(unittest.TestCase):
         cls.repo = make_repo(os.path.join(cls.root, "my repo"))
         cls.link = os.path.join(cls.root, "repo-link")
         os.symlink(cls.repo, cls.link)
-        cls.script = Script(cls.fake, cls.outside, slow=("t4", "t5", "t6"), delay=1.0)
+        # t3 too: the kill comes as the second task ends, and t3 (running beside t1 and t2)
+        # must still be in flight then; fast, it sometimes ended with them (1 run in 40).
+        cls.script = Script(cls.fake, cls.outside, slow=("t3", "t4", "t5", "t6"), delay=1.0)
         cls.tasks = write_tasks(os.path.join(cls.root, "tasks.jsonl"),
                                 six_tasks("my repo", "repo-link", cls.outside))
         cls.out = os.path.join(cls.root, "tasks.out")
