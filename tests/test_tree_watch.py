@@ -10,6 +10,7 @@ project), every snapshot runs git status as before.
 """
 import json
 import os
+import re
 import select
 import shutil
 import stat
@@ -27,6 +28,8 @@ from nagent_tree_watch import (NETWORK_FS, TreeWatch, exposes_project, read_moun
 
 LINUX = sys.platform.startswith("linux")
 HAVE_BWRAP = shutil.which("bwrap") is not None
+MACHINE_LIMITS = re.compile(r"inotify_init1|inotify_add_watch|too many directories|no inotify here|"
+                            r"a mount at or inside the tree changed")
 
 
 def mount_of(path):
@@ -453,30 +456,25 @@ class RunSkipsStatusTest(RewindRunCase):
         os.chdir(self.cwd)
         self.project({"a.py": "x = 1\n"})
         self.statuses()
-        # A watch of the test's own beside the run's: what the machine did to the tree and its
-        # mounts meanwhile, for the failure's message (CI once ran 11 here, cause unseen).
-        probe = TreeWatch.start(self.cwd, os.path.join(self.cwd, ".git"),
-                                writable=(self.cwd,) + temp_roots(self.env))
-        self.assertIsNotNone(probe)
-        self.addCleanup(probe.close)
-        probe.changed()
         with open("/proc/self/mountinfo", "rb") as table:
             table.read()
             mounts = select.poll()
             mounts.register(table.fileno(), select.POLLPRI)
             debug = self.sandboxed_turn(5, NAGENT_DEBUG="1")
             elsewhere = bool(mounts.poll(0))
-        seen = (f"the test's watch: changed {probe.changed()}, {probe.reason or 'still holds'}; "
-                f"the run's: {debug}")
-        if probe.reason and "mount" in probe.reason:
-            self.skipTest(f"the mounts around the project changed during the run: {seen}")
-        self.assertIn("tree watch: in use", debug)
         count = self.statuses()
+        seen = (f"{count} git status runs; the run said {debug.strip()!r}; "
+                f"{self.cwd} is on {mount_of(self.cwd)}")
+        if MACHINE_LIMITS.search(debug):
+            # What this machine lacks, not what nagent decides: inotify's per-user limits (root's
+            # 128 instances are shared by every root process, containers' included), or a mount
+            # made at the tree while the run went on.
+            self.skipTest(f"this machine's limits: {seen}")
+        self.assertIn("tree watch: in use", debug, seen)
         if count > 6 and elsewhere:
             # Each change of the machine's mount table costs the run one full look.
-            self.skipTest(f"the machine's mount table changed during the run ({count}): {seen}")
-        self.assertLessEqual(count, 6, "4 when the watch is ready in time; 11 without; "
-                             f"{self.cwd} is on {mount_of(self.cwd)}; {seen}")
+            self.skipTest(f"the machine's mount table changed during the run: {seen}")
+        self.assertLessEqual(count, 6, "4 when the watch is ready in time; 11 without; " + seen)
 
 
 class SnapshotErrorTest(RewindRunCase):

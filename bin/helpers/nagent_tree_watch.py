@@ -279,7 +279,7 @@ class TreeWatch:
             if error in (2, 20):   # ENOENT, ENOTDIR: gone or replaced meanwhile: an event says so
                 self.dirty = True
                 return None
-            raise Unwatchable(os.strerror(error))
+            raise Unwatchable(f"inotify_add_watch: {os.strerror(error)}")
         self.paths[wd] = (kind, path)
         return wd
 
