@@ -180,6 +180,23 @@ class ResultsFileTest(HermeticTestCase):
                           for line in read_lines("t.out/results.jsonl")],
                          [("a", attempt, "interrupted")])
 
+    def test_run_one_stores_a_recovered_attempt_for_collect_to_append(self):
+        # --run-one appends nothing to results.jsonl (the collecting command does): neither
+        # its own line nor the line of an attempt it recovers.
+        a = self.tasks[0]
+        out, attempt = os.path.abspath("t.out"), "20260101T000000Z-0000000a"
+        workdir = os.path.join(out, "work")
+        with self.patched_environ():
+            workspace.create(a, workdir, f"a.{attempt}", self.env,
+                             lambda made: store.write_manifest(workdir, made, a, attempt, "conv"))
+            lock = take_task(a, out, RunOptions(workdir), patience=0, append=False)
+        self.assertIsNotNone(lock)
+        os.close(lock)
+        self.assertEqual([name for name in os.listdir(workdir) if not name.startswith(".repo-")], [])
+        self.assertFalse(os.path.exists("t.out/results.jsonl"))
+        self.assertEqual([(line["id"], line["attempt"], line["status"]) for line in store.collect(out)],
+                         [("a", attempt, "interrupted")])
+
     def test_a_workspace_recovery_could_not_remove_keeps_its_manifest(self):
         # The manifest is the only record of a workspace: dropped while the directory stays, the
         # workspace would be left for good (a run's own removal already kept it; recovery did

@@ -81,7 +81,7 @@ def _wait_lock(out, task_id, patience):
         time.sleep(0.2)
 
 
-def take_task(task, out, run, patience=LOCK_WAIT):
+def take_task(task, out, run, patience=LOCK_WAIT, append=True):
     """The task's lock (None when another process keeps it past `patience`), with what an
     earlier holder left recovered: an attempt of a killed batch that still held the lock when
     this batch first looked (`prepare`) is stored as "interrupted" and its workspace removed
@@ -89,7 +89,7 @@ def take_task(task, out, run, patience=LOCK_WAIT):
     lock = _wait_lock(out, task.id, patience)
     if lock is not None and run.workdir is not None:
         try:
-            store.recover_task(out, run.workdir, task.id, dict(os.environ), _interrupted)
+            store.recover_task(out, run.workdir, task.id, dict(os.environ), _interrupted, append)
         except BaseException:
             os.close(lock)
             raise
@@ -101,7 +101,7 @@ def _interrupted(data, ws):
 
 
 def run_here(task, out, run, notify=None, cancel=None, append=True, patience=LOCK_WAIT):
-    lock = take_task(task, out, run, patience)
+    lock = take_task(task, out, run, patience, append)
     if lock is None:
         return None
     try:

@@ -267,16 +267,17 @@ def recover(out, workdir, environ, make_outcome):
     return recovered
 
 
-def recover_task(out, workdir, task_id, environ, make_outcome):
+def recover_task(out, workdir, task_id, environ, make_outcome, append_line=True):
     """`recover` for one task whose lock the caller holds: what an earlier holder of the lock
-    left (a killed batch's attempt whose process outlived the batch's own first look)."""
+    left (a killed batch's attempt whose process outlived the batch's own first look). Without
+    `append_line` (`--run-one`), the result is only stored, for `collect` to append."""
     recovered = []
     names = sorted(os.listdir(workdir)) if os.path.isdir(workdir) else ()
     for name in names:
         path = os.path.join(workdir, name)
         found = _read_manifest(path) if name.endswith(".json") else None
         if found is not None and found[0]["id"] == task_id:
-            line = _recover_held(out, workdir, path, found, environ, make_outcome)
+            line = _recover_held(out, workdir, path, found, environ, make_outcome, append_line)
             recovered += [line] if line else []
     return recovered
 
@@ -291,7 +292,7 @@ def _recover_one(out, workdir, path, found, environ, make_outcome):
         os.close(lock)
 
 
-def _recover_held(out, workdir, path, found, environ, make_outcome):
+def _recover_held(out, workdir, path, found, environ, make_outcome, append_line=True):
     data, ws = found
     if os.path.realpath(os.path.dirname(ws.path)) != os.path.realpath(workdir):
         return None   # a manifest naming a directory elsewhere is not one this batch made
@@ -299,7 +300,8 @@ def _recover_held(out, workdir, path, found, environ, make_outcome):
     folder = _folder(out, data["id"], data["attempt"])
     if _stored_line(folder, data["id"], data["attempt"]) is None:   # no result yet
         line = store(out, make_outcome(data, ws))
-        append(out, line)
+        if append_line:
+            append(out, line)
     if workspace.remove(ws, environ) is None:
         os.unlink(path)   # else kept: the manifest is what lets a later batch try again
     return line
