@@ -29,7 +29,7 @@ from nagent_tree_watch import (NETWORK_FS, TreeWatch, exposes_project, read_moun
 LINUX = sys.platform.startswith("linux")
 HAVE_BWRAP = shutil.which("bwrap") is not None
 MACHINE_LIMITS = re.compile(r"inotify_init1|inotify_add_watch|too many directories|no inotify here|"
-                            r"a mount at or inside the tree changed")
+                            r"a mount at or inside the tree changed|the mount table changed")
 
 
 def mount_of(path):
@@ -222,13 +222,52 @@ class TreeWatchTest(HermeticTestCase):
                          ["True False", "True False None",
                           "True True 'a mount at or inside the tree changed'"], proc.stderr)
 
+    def test_a_mount_change_ends_the_watch_where_what_came_and_went_cannot_be_told(self):
+        # Found in review: a tmpfs inside the tree unmounted and mounted again has the same
+        # fields (the freed device number comes back), and a sandbox's writable root on the
+        # project's filesystem may have shown the project through a mount that came and went.
+        elsewhere, scratch, other = (os.path.join(self.cwd, name) for name in
+                                     ("elsewhere", "scratch", "other"))
+        for path in (elsewhere, scratch, other):
+            os.makedirs(path)
+        deep = self.path("src", "deep")
+        probe = (f"import sys, subprocess; sys.path.insert(0, {HELPERS!r})\n"
+                 "from nagent_tree_watch import TreeWatch\n"
+                 "def run(*argv): subprocess.run(argv, check=True)\n"
+                 "def look(watch): print(watch.changed(), watch.changed(), watch.reason)\n"
+                 f"run('mount', '-t', 'tmpfs', 'none', {deep!r})\n"
+                 f"inner = TreeWatch.start({self.root!r}); inner.changed()\n"
+                 f"run('umount', {deep!r}); run('mount', '-t', 'tmpfs', 'none', {deep!r})\n"
+                 "look(inner)\n"
+                 f"run('umount', {deep!r})\n"
+                 f"shared = TreeWatch.start({self.root!r}, writable=[{scratch!r}]); shared.changed()\n"
+                 f"run('mount', '-t', 'tmpfs', 'none', {other!r})\n"
+                 "look(shared)\n"
+                 f"run('mount', '-t', 'tmpfs', 'none', {scratch!r})\n"
+                 f"apart = TreeWatch.start({self.root!r}, writable=[{scratch!r}]); apart.changed()\n"
+                 f"run('mount', '-t', 'tmpfs', 'none', {elsewhere!r})\n"
+                 "look(apart)\n")
+        proc = subprocess.run(["unshare", "-rm", sys.executable, "-c", probe], capture_output=True,
+                              text=True, timeout=60)
+        if proc.returncode != 0 and ("unshare" in proc.stderr or "mount" in proc.stderr):
+            self.skipTest(f"no private mount namespace here: {proc.stderr.strip()[:200]}")
+        self.assertEqual(proc.stdout.splitlines(), [
+            "True True the mount table changed while a mount lies inside the tree",
+            "True True the mount table changed while a writable root of the sandbox is on the "
+            "project's filesystem",
+            "True False None"], proc.stderr)
+
     def test_a_sandbox_root_that_comes_to_show_the_project_ends_the_watch(self):
         # Checked at start and again at every change of the mount table: a bind of the
         # project's parent into a writable root, made after the watch started.
+        # The writable root is a filesystem of its own (a tmpfs), as /tmp often is: no other
+        # change of the mount table ends the watch then.
         writable = os.path.join(self.cwd, "scratch")
-        os.makedirs(os.path.join(writable, "view"))
-        probe = (f"import sys, subprocess; sys.path.insert(0, {HELPERS!r})\n"
+        os.makedirs(writable)
+        probe = (f"import os, sys, subprocess; sys.path.insert(0, {HELPERS!r})\n"
                  "from nagent_tree_watch import TreeWatch\n"
+                 f"subprocess.run(['mount', '-t', 'tmpfs', 'none', {writable!r}], check=True)\n"
+                 f"os.mkdir({writable + '/view'!r})\n"
                  f"watch = TreeWatch.start({self.root!r}, writable=[{writable!r}])\n"
                  "print(watch.changed(), watch.changed())\n"
                  f"subprocess.run(['mount', '--bind', {self.cwd!r}, {writable + '/view'!r}], check=True)\n"

@@ -19,7 +19,10 @@ Data contract:
   mount over a directory of the tree makes no event), one of the conditions `start` refuses
   arose, a read failed. From then on it is always True, and `watch.reason` says why. Any other
   change of this process's mount table costs one True: mounts elsewhere come and go on many
-  machines (container engines, automounters), and must not cost the watch.
+  machines (container engines, automounters), and must not cost the watch; but not while a
+  mount lies inside the tree (gone and made again, it looks the same), nor, under a sandbox,
+  while a writable root is on the project's filesystem (a mount exposing the project may have
+  come and gone between two looks).
 - `writable`: a sandbox's writable roots (None unsandboxed). `start` refuses, and `changed`
   ends the promise, while one of them exposes the project (`exposes_project`), checked again
   at every change of the mount table. A directory that appears is watched, and walked,
@@ -265,10 +268,35 @@ class TreeWatch:
         self.mount_view = _mount_view(mounts, self.root)
 
     def _check_mounts(self, mounts):
-        if self.mount_view is not None and _mount_view(mounts, self.root) != self.mount_view:
-            raise Unwatchable("a mount at or inside the tree changed")
+        """At start (no view yet), and at every change of the mount table since: whether the
+        watch's promise still holds. Only what the current table shows can be checked, so a
+        change ends the watch where something may have come and gone in between unseen."""
+        if self.mount_view is not None:
+            view = _mount_view(mounts, self.root)
+            if view != self.mount_view:
+                raise Unwatchable("a mount at or inside the tree changed")
+            if any(_inside(mount[2], self.root, inclusive=False) for mount in view):
+                # Unmounted and mounted again, it has the same fields (a tmpfs gets the freed
+                # device number back) and new directories no watch is on.
+                raise Unwatchable("the mount table changed while a mount lies inside the tree")
+            if self.writable is not None and self._shares_device():
+                # A mount that showed the project under a writable root may have come and gone.
+                raise Unwatchable("the mount table changed while a writable root of the sandbox "
+                                  "is on the project's filesystem")
         if self.writable is not None and _exposes(mounts, self.root, self.writable):
             raise Unwatchable("a writable root of the sandbox shows the project's filesystem")
+
+    def _shares_device(self):
+        device = os.stat(self.root).st_dev
+        for top in (os.fsencode(path) for path in self.writable):
+            if _inside(top, self.root):
+                continue
+            try:
+                if os.stat(top).st_dev == device:
+                    return True
+            except OSError:
+                return True
+        return False
 
     def _add(self, path, mask, kind="dir"):
         if len(self.paths) >= self.max_watches:
