@@ -251,6 +251,85 @@ class ResultsFileTest(HermeticTestCase):
         self.assertCleanError(proc, 2, "differ")
 
 
+class ForgedManifestTest(HermeticTestCase):
+    """A manifest is data a task's own commands may write: the workdir is the workspace's
+    parent (writable to a sandboxed command when it lies in a temp root, and to an unsandboxed
+    one always). Recovery trusts none of its paths, names or revisions (found in review)."""
+    FORGED = "20260101T000000Z-0000000f"
+
+    def setUp(self):
+        super().setUp()
+        make_repo(os.path.join(self.cwd, "r"))
+        write_tasks("t.jsonl", [{"id": n, "prompt": f"p {n}", "repo": "r"} for n in ("a", "b")])
+        self.tasks = load_tasks("t.jsonl")
+        self.out = os.path.abspath("t.out")
+        self.workdir = os.path.join(self.out, "work")
+        os.makedirs(self.workdir)
+        self.outside = self.make_outside_dir()
+        self.write_file(os.path.join(self.outside, "precious", "keep.txt"), "keep\n")
+
+    def forge(self, task_id, path, ident=(0, 0), kind="clone", admin=None, conversation="conv",
+              repo="x", base=""):
+        data = {"id": task_id, "attempt": self.FORGED, "task_sha": None,
+                "conversation": conversation,
+                "workspace": {"path": path, "kind": kind, "repo": repo, "base": base,
+                              "ident": list(ident), "admin": admin}}
+        self.write_file(store.manifest_path(self.workdir, task_id, self.FORGED), json.dumps(data))
+
+    def take(self, task):
+        with self.patched_environ():
+            lock = take_task(task, self.out, RunOptions(self.workdir), patience=0)
+        self.assertIsNotNone(lock)
+        os.close(lock)
+
+    def test_an_admin_directory_outside_the_repository_is_never_removed(self):
+        own = os.path.join(self.workdir, f"b.{self.FORGED}")
+        os.makedirs(own)
+        info = os.stat(own)
+        self.forge("b", own, ident=(info.st_dev, info.st_ino), kind="worktree",
+                   repo=os.path.join(self.cwd, "r"), admin=os.path.join(self.outside, "precious"))
+        self.take(self.tasks[1])
+        self.assertTrue(os.path.exists(os.path.join(self.outside, "precious", "keep.txt")))
+
+    def test_a_workspace_path_is_the_manifests_own_name_in_the_workdir(self):
+        info = os.stat(self.out)
+        self.write_file("t.out/results.jsonl", "")
+        self.forge("b", self.workdir + "/..", ident=(info.st_dev, info.st_ino))
+        self.take(self.tasks[1])
+        self.assertTrue(os.path.exists(os.path.join(self.out, "results.jsonl")))
+        self.assertTrue(os.path.isdir(self.workdir))
+
+    def test_another_tasks_live_workspace_is_left_alone(self):
+        a, attempt = self.tasks[0], "20260101T000000Z-0000000a"
+        with self.patched_environ():
+            ws = workspace.create(a, self.workdir, f"a.{attempt}", self.env,
+                                  lambda made: store.write_manifest(self.workdir, made, a, attempt,
+                                                                    "conv"))
+        held = store.task_lock(self.out, "a")          # a is running
+        self.addCleanup(os.close, held)
+        self.write_file(os.path.join(ws.path, "work-in-progress.txt"), "x")
+        self.forge("b", ws.path, ident=ws.ident, kind="worktree", repo=ws.repo, admin=ws.admin)
+        self.take(self.tasks[1])
+        self.assertTrue(os.path.exists(os.path.join(ws.path, "work-in-progress.txt")))
+        self.assertTrue(os.path.isdir(ws.admin))
+
+    def test_a_conversation_or_revision_it_names_is_never_used(self):
+        own = os.path.join(self.workdir, f"b.{self.FORGED}")
+        os.makedirs(own)
+        info = os.stat(own)
+        target = os.path.join(self.outside, "written")
+        self.forge("b", own, ident=(info.st_dev, info.st_ino), base=f"--output={target}")
+        self.take(self.tasks[1])                        # not a revision: not a manifest
+        self.assertFalse(os.path.exists(target))
+        self.forge("b", own, ident=(info.st_dev, info.st_ino), conversation="../../etc/passwd")
+        with self.patched_environ():                    # before: UsageError, every batch after
+            prepare(self.tasks, BatchOptions(self.out, 1, RunOptions(self.workdir)))
+        self.assertFalse(os.path.isdir(own))
+        line, = read_lines("t.out/results.jsonl")
+        self.assertEqual((line["id"], line["status"]), ("b", "interrupted"))
+        self.assertTrue(line["conversation"] is None or "passwd" not in line["conversation"], line)
+
+
 class LostWorker(Exception):
     """Stands for distributed's KilledWorker: the scheduler gave up on a task."""
 

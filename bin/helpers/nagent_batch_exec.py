@@ -49,7 +49,7 @@ import uuid
 from dataclasses import dataclass
 
 import nagent_batch_workspace as workspace
-from nagent_batch_tasks import nagent_argv, task_sha
+from nagent_batch_tasks import conversation_name, nagent_argv, task_sha
 from nagent_config import child_key_names, known_secrets
 from nagent_conversation_layout import conversation_path, state_dir
 from nagent_conversation_tail import read_tail_summary
@@ -315,7 +315,7 @@ def run_attempt(task, options, notify=None, cancel=None, lock_fd=None, on_worksp
     environ = dict(os.environ)
     secrets = known_secrets(environ)
     attempt, started = new_attempt(), time.monotonic()
-    conversation = f"{options.tag}-{task.id}-{attempt.rsplit('-', 1)[1]}"[:200]
+    conversation = conversation_name(options.tag, task.id, attempt)
     conv_path = conversation_path(conversation, environ)
     result = new_result(task.id, attempt, task_sha(task))
     files, ws, watch, stop = {}, None, None, None

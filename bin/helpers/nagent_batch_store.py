@@ -57,7 +57,7 @@ import re
 from dataclasses import asdict, dataclass
 
 import nagent_batch_workspace as workspace
-from nagent_batch_tasks import TASK_ID_RE, task_sha
+from nagent_batch_tasks import TASK_ID_RE, conversation_name, task_sha
 from nagent_fs import atomic_write
 
 STATUSES = ("ok", "failed", "interrupted")
@@ -237,17 +237,35 @@ def write_manifest(workdir, ws, task, attempt, conversation):
     atomic_write(manifest_path(workdir, task.id, attempt), json.dumps(data).encode("utf-8"), 0o600)
 
 
-def _read_manifest(path):
+REVISION_RE = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?")
+
+
+def _read_manifest(out, workdir, name):
+    """(data, Workspace) of the manifest `name` in `workdir`, or None. A manifest is data the
+    attempt's own commands may have written (the workdir is its workspace's parent): the
+    workspace is `workdir/ID.ATTEMPT` by the manifest's own name, the conversation is the one
+    the batch names for that attempt, the base a full revision (never an option), and the
+    worktree's admin directory is checked where it is used (nagent_batch_workspace)."""
+    match = MANIFEST_RE.fullmatch(name)
+    if match is None or not TASK_ID_RE.fullmatch(match["id"]):
+        return None
     try:
-        with open(path, encoding="utf-8") as handle:
+        with open(os.path.join(workdir, name), encoding="utf-8") as handle:
             data = json.load(handle)
         ws = data["workspace"]
-        ws = workspace.Workspace(ws["path"], ws["kind"], ws["repo"], ws["base"], tuple(ws["ident"]),
-                                 ws.get("admin"))
-        if not (TASK_ID_RE.fullmatch(data["id"]) and ATTEMPT_RE.fullmatch(data["attempt"])):
+        path = os.path.join(os.path.realpath(workdir), f"{match['id']}.{match['attempt']}")
+        ident = tuple(ws["ident"])
+        if (data["id"], data["attempt"]) != (match["id"], match["attempt"]) or ws["path"] != path \
+                or ws["kind"] not in ("worktree", "clone") or not isinstance(ws["repo"], str) \
+                or not (ws["base"] == "" or REVISION_RE.fullmatch(ws["base"])) \
+                or len(ident) != 2 or not all(type(part) is int for part in ident) \
+                or not isinstance(ws.get("admin") or "", str):
             return None
-        return data, ws
-    except (OSError, ValueError, KeyError, TypeError):
+        data = dict(data, conversation=conversation_name(batch_tag(out), data["id"],
+                                                         data["attempt"]))
+        return data, workspace.Workspace(path, ws["kind"], ws["repo"], ws["base"], ident,
+                                         ws.get("admin"))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
 
 
@@ -258,7 +276,7 @@ def recover(out, workdir, environ, make_outcome):
     names = sorted(os.listdir(workdir)) if os.path.isdir(workdir) else ()
     for name in names:
         path = os.path.join(workdir, name)
-        found = _read_manifest(path) if name.endswith(".json") else None
+        found = _read_manifest(out, workdir, name)
         if found is not None:
             line = _recover_one(out, workdir, path, found, environ, make_outcome)
             recovered += [line] if line else []
@@ -275,7 +293,7 @@ def recover_task(out, workdir, task_id, environ, make_outcome, append_line=True)
     names = sorted(os.listdir(workdir)) if os.path.isdir(workdir) else ()
     for name in names:
         path = os.path.join(workdir, name)
-        found = _read_manifest(path) if name.endswith(".json") else None
+        found = _read_manifest(out, workdir, name)
         if found is not None and found[0]["id"] == task_id:
             line = _recover_held(out, workdir, path, found, environ, make_outcome, append_line)
             recovered += [line] if line else []
@@ -310,6 +328,7 @@ def _recover_held(out, workdir, path, found, environ, make_outcome, append_line=
 TEMP_MANIFEST_RE = re.compile(r"\.(?P<id>.+)\.(?P<attempt>[0-9]{8}T[0-9]{6}Z-[0-9a-f]{8})\.json"
                               r"\.[0-9a-f]{12}\.tmp")
 WORKSPACE_RE = re.compile(r"(?P<id>.+)\.(?P<attempt>[0-9]{8}T[0-9]{6}Z-[0-9a-f]{8})")
+MANIFEST_RE = re.compile(r"(?P<id>.+)\.(?P<attempt>[0-9]{8}T[0-9]{6}Z-[0-9a-f]{8})\.json")
 
 
 def _unfinished_manifest(out, workdir, name):

@@ -147,6 +147,11 @@ def task_sha(task):
     return hashlib.sha256(task_json(task).encode("utf-8")).hexdigest()[:16]
 
 
+def conversation_name(tag, task_id, attempt):
+    """The conversation an attempt's nagent writes: the batch's tag, the task, the attempt."""
+    return f"{tag}-{task_id}-{attempt.rsplit('-', 1)[1]}"[:200]
+
+
 def nagent_argv(task, conversation, pid):
     argv = [*tool_argv("nagent"), "--events", "-n", "--conversation", conversation, "--pid", pid]
     if task.model:

@@ -136,11 +136,32 @@ def create(task, workdir, name, environ, made=None):
 def _admin_dir(path, repo, environ):
     """The worktree's directory under the repository's worktrees/, as git itself reports it."""
     own = git(path, "rev-parse", "--absolute-git-dir", environ=environ, check=False)
-    common = git(repo, "rev-parse", "--git-common-dir", environ=environ, check=False)
     admin = own.stdout.decode("utf-8", "surrogateescape").strip()
-    root = os.path.realpath(os.path.join(repo, common.stdout.decode("utf-8", "surrogateescape").strip()))
-    admin = os.path.realpath(admin) if admin else ""
-    return admin if admin and within(admin, os.path.join(root, "worktrees")) else None
+    return _owned_admin(path, repo, os.path.realpath(admin), environ) if admin else None
+
+
+def _owned_admin(path, repo, admin, environ):
+    """`admin` when it is a directory right under the repository's worktrees/ whose `gitdir`
+    names this workspace's .git; else None. What a recorded admin directory must be before it
+    is read or removed: a manifest is data the attempt's own commands may have rewritten."""
+    if not isinstance(admin, str) or not os.path.isabs(admin):
+        return None
+    common = git(repo, "rev-parse", "--git-common-dir", environ=environ, check=False)
+    named = common.stdout.decode("utf-8", "surrogateescape").strip()
+    if common.returncode != 0 or not named:
+        return None
+    worktrees = os.path.join(os.path.realpath(os.path.join(repo, named)), "worktrees")
+    real = os.path.realpath(admin)
+    if os.path.dirname(real) != worktrees or not within(real, worktrees):
+        return None
+    try:
+        gitdir = read_regular(os.path.join(real, "gitdir"), 1 << 16)
+    except OSError:
+        return None
+    if gitdir is None or gitdir.decode("utf-8", "surrogateescape").strip() != \
+            os.path.join(path, ".git"):
+        return None
+    return real
 
 
 # The private GIT_DIR a diff runs with: nothing in it names a command (no filter, diff driver,
@@ -156,8 +177,9 @@ def _git_store(ws, environ):
         common = os.path.join(ws.path, ".git")   # read as data only: objects and the index
         index = os.path.join(common, "index")
     else:
-        if ws.admin:
-            common, index = os.path.dirname(os.path.dirname(ws.admin)), os.path.join(ws.admin, "index")
+        admin = _owned_admin(ws.path, ws.repo, ws.admin, environ) if ws.admin else None
+        if admin:
+            common, index = os.path.dirname(os.path.dirname(admin)), os.path.join(admin, "index")
         else:
             found = git(ws.repo, "rev-parse", "--path-format=absolute", "--git-common-dir",
                         environ=environ)
@@ -221,6 +243,7 @@ def remove(ws, environ):
                 return "some files could not be deleted"
     finally:
         os.close(parent_fd)
-    if ws.admin and os.path.isdir(ws.admin):
-        shutil.rmtree(ws.admin, ignore_errors=True)
+    admin = _owned_admin(ws.path, ws.repo, ws.admin, environ) if ws.admin else None
+    if admin and os.path.isdir(admin):
+        shutil.rmtree(admin, ignore_errors=True)
     return None
