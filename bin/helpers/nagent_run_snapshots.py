@@ -34,7 +34,8 @@ module then: neither it nor a snapshot delays the first request); a no-op when
   project (nagent_tree_watch; set up in a thread at the run's first changing action) that saw
   nothing since this run's last snapshot, which is still the store's last entry, the snapshot
   repeats it (nagent_snapshots.repeat_snapshot) without running git. Not where a sandboxed
-  command could hide a change from the watch (`TreeWatch.start`'s `writable`), nor when inotify cannot promise it.
+  command could hide a change from the watch (`TreeWatch.open`'s `writable`), nor when
+  inotify cannot promise it (NAGENT_DEBUG=1 says which, at the end of each turn).
   Unsandboxed, the directories no snapshot looks into (ignored ones) are left out of the watch,
   until an ignore rule changes or a snapshot adds a file in one.
 Every snapshot runs under the store's lock, after finishing a rewind a killed process left
