@@ -101,6 +101,16 @@ class ResultsFileTest(HermeticTestCase):
         with open("t.out/results.jsonl", "w", encoding="utf-8") as handle:
             handle.write("".join(json.dumps(line) + "\n" for line in lines) + tail)
 
+    def killed_attempt(self):
+        """(task a, OUT, workdir, attempt, Workspace): what a batch killed mid-attempt leaves."""
+        a = self.tasks[0]
+        out, attempt = os.path.abspath("t.out"), "20260101T000000Z-0000000a"
+        workdir = os.path.join(out, "work")
+        with self.patched_environ():
+            ws = workspace.create(a, workdir, f"a.{attempt}", self.env,
+                                  lambda made: store.write_manifest(workdir, made, a, attempt, "conv"))
+        return a, out, workdir, attempt, ws
+
     def printed(self, *args):
         proc = self.run_tool("nagent-batch", "t.jsonl", "--print-commands", *args)
         self.assertEqual(proc.returncode, 0, proc.stderr)
@@ -125,12 +135,8 @@ class ResultsFileTest(HermeticTestCase):
         self.assertEqual(self.printed()[0], ["a", "c"])
 
     def test_a_batch_killed_between_storing_and_appending_loses_nothing(self):
-        a = self.tasks[0]
-        out, attempt = os.path.abspath("t.out"), "20260101T000000Z-0000000a"
-        workdir = os.path.join(out, "work")
+        a, out, workdir, attempt, ws = self.killed_attempt()
         with self.patched_environ():
-            ws = workspace.create(a, workdir, f"a.{attempt}", self.env,
-                                  lambda made: store.write_manifest(workdir, made, a, attempt, "conv"))
             store.store(out, Outcome(new_result("a", attempt, task_sha(a)), {}, ws))   # then killed
             results, todo, _ = prepare(self.tasks, BatchOptions(out, 1, RunOptions(workdir)))
         self.assertEqual((results.latest["a"]["status"], results.latest["a"]["attempt"]), ("ok", attempt))
@@ -161,12 +167,8 @@ class ResultsFileTest(HermeticTestCase):
         # batch's first look passes its workspace by ("still running somewhere"). Once the
         # task's lock is this batch's, before the task runs again, nothing of it may be left
         # (CI once found the workspace and its manifest after the second batch ended).
-        a = self.tasks[0]
-        out, attempt = os.path.abspath("t.out"), "20260101T000000Z-0000000a"
-        workdir = os.path.join(out, "work")
+        a, out, workdir, attempt, _ = self.killed_attempt()
         with self.patched_environ():
-            workspace.create(a, workdir, f"a.{attempt}", self.env,
-                             lambda made: store.write_manifest(workdir, made, a, attempt, "conv"))
             held = store.task_lock(out, "a")
             results, todo, _ = prepare(self.tasks, BatchOptions(out, 1, RunOptions(workdir)))
             self.assertEqual([task.id for task in todo], ["a", "b", "c"])
@@ -183,12 +185,8 @@ class ResultsFileTest(HermeticTestCase):
     def test_run_one_stores_a_recovered_attempt_for_collect_to_append(self):
         # --run-one appends nothing to results.jsonl (the collecting command does): neither
         # its own line nor the line of an attempt it recovers.
-        a = self.tasks[0]
-        out, attempt = os.path.abspath("t.out"), "20260101T000000Z-0000000a"
-        workdir = os.path.join(out, "work")
+        a, out, workdir, attempt, _ = self.killed_attempt()
         with self.patched_environ():
-            workspace.create(a, workdir, f"a.{attempt}", self.env,
-                             lambda made: store.write_manifest(workdir, made, a, attempt, "conv"))
             lock = take_task(a, out, RunOptions(workdir), patience=0, append=False)
         self.assertIsNotNone(lock)
         os.close(lock)
@@ -201,12 +199,8 @@ class ResultsFileTest(HermeticTestCase):
         # The manifest is the only record of a workspace: dropped while the directory stays, the
         # workspace would be left for good (a run's own removal already kept it; recovery did
         # not). Here the path leads to another directory now, which is never removed.
-        a = self.tasks[0]
-        out, attempt = os.path.abspath("t.out"), "20260101T000000Z-0000000a"
-        workdir = os.path.join(out, "work")
+        a, out, workdir, attempt, ws = self.killed_attempt()
         with self.patched_environ():
-            ws = workspace.create(a, workdir, f"a.{attempt}", self.env,
-                                  lambda made: store.write_manifest(workdir, made, a, attempt, "conv"))
             os.rename(ws.path, ws.path + ".moved")
             os.makedirs(ws.path)
             prepare(self.tasks, BatchOptions(out, 1, RunOptions(workdir)))

@@ -73,6 +73,14 @@ class TreeWatchTest(HermeticTestCase):
     def path(self, *parts):
         return os.path.join(self.root, *parts)
 
+    def with_private_mounts(self, probe):
+        """Python `probe` run as root of a private mount namespace (skipped where there is none)."""
+        proc = subprocess.run(["unshare", "-rm", sys.executable, "-c", probe], capture_output=True,
+                              text=True, timeout=60)
+        if proc.returncode != 0 and ("unshare" in proc.stderr or "mount" in proc.stderr):
+            self.skipTest(f"no private mount namespace here: {proc.stderr.strip()[:200]}")
+        return proc
+
     def assertSeen(self, watch, change, label):
         change()
         self.assertTrue(watch.changed(), label)
@@ -193,10 +201,7 @@ class TreeWatchTest(HermeticTestCase):
                  "print(watch.changed(), watch.changed())\n"
                  f"subprocess.run(['mount', '-t', 'tmpfs', 'none', {self.path('src')!r}], check=True)\n"
                  "print(watch.changed(), watch.changed())\n")
-        proc = subprocess.run(["unshare", "-rm", sys.executable, "-c", probe], capture_output=True,
-                              text=True, timeout=60)
-        if proc.returncode != 0 and ("unshare" in proc.stderr or "mount" in proc.stderr):
-            self.skipTest(f"no private mount namespace here: {proc.stderr.strip()[:200]}")
+        proc = self.with_private_mounts(probe)
         self.assertEqual(proc.stdout.split(), ["True", "False", "True", "True"], proc.stderr)
 
     def test_a_mount_elsewhere_costs_one_full_look_not_the_watch(self):
@@ -214,10 +219,7 @@ class TreeWatchTest(HermeticTestCase):
                  "print(watch.changed(), watch.changed(), watch.reason)\n"
                  f"mount({self.path('src', 'deep')!r})\n"
                  "print(watch.changed(), watch.changed(), repr(watch.reason))\n")
-        proc = subprocess.run(["unshare", "-rm", sys.executable, "-c", probe], capture_output=True,
-                              text=True, timeout=60)
-        if proc.returncode != 0 and ("unshare" in proc.stderr or "mount" in proc.stderr):
-            self.skipTest(f"no private mount namespace here: {proc.stderr.strip()[:200]}")
+        proc = self.with_private_mounts(probe)
         self.assertEqual(proc.stdout.splitlines(),
                          ["True False", "True False None",
                           "True True 'a mount at or inside the tree changed'"], proc.stderr)
@@ -247,10 +249,7 @@ class TreeWatchTest(HermeticTestCase):
                  f"apart = TreeWatch.start({self.root!r}, writable=[{scratch!r}]); apart.changed()\n"
                  f"run('mount', '-t', 'tmpfs', 'none', {elsewhere!r})\n"
                  "look(apart)\n")
-        proc = subprocess.run(["unshare", "-rm", sys.executable, "-c", probe], capture_output=True,
-                              text=True, timeout=60)
-        if proc.returncode != 0 and ("unshare" in proc.stderr or "mount" in proc.stderr):
-            self.skipTest(f"no private mount namespace here: {proc.stderr.strip()[:200]}")
+        proc = self.with_private_mounts(probe)
         self.assertEqual(proc.stdout.splitlines(), [
             "True True the mount table changed while a mount lies inside the tree",
             "True True the mount table changed while a writable root of the sandbox is on the "
@@ -273,10 +272,7 @@ class TreeWatchTest(HermeticTestCase):
                  f"subprocess.run(['mount', '--bind', {self.cwd!r}, {writable + '/view'!r}], check=True)\n"
                  "print(watch.changed(), watch.changed(), watch.reason)\n"
                  f"print(TreeWatch.start({self.root!r}, writable=[{writable!r}]))\n")
-        proc = subprocess.run(["unshare", "-rm", sys.executable, "-c", probe], capture_output=True,
-                              text=True, timeout=60)
-        if proc.returncode != 0 and ("unshare" in proc.stderr or "mount" in proc.stderr):
-            self.skipTest(f"no private mount namespace here: {proc.stderr.strip()[:200]}")
+        proc = self.with_private_mounts(probe)
         self.assertEqual(proc.stdout.splitlines(),
                          ["True False", "True True a writable root of the sandbox shows the "
                           "project's filesystem", "None"], proc.stderr)
