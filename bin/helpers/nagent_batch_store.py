@@ -245,7 +245,7 @@ def _read_manifest(out, workdir, name):
     attempt's own commands may have written (the workdir is its workspace's parent): the
     workspace is `workdir/ID.ATTEMPT` by the manifest's own name, the conversation is the one
     the batch names for that attempt, the base a full revision (never an option), and the
-    worktree's admin directory is checked where it is used (nagent_batch_workspace)."""
+    worktree's admin directory is checked before use (nagent_batch_workspace.checked)."""
     match = MANIFEST_RE.fullmatch(name)
     if match is None or not TASK_ID_RE.fullmatch(match["id"]):
         return None
@@ -311,7 +311,7 @@ def _recover_one(out, workdir, path, found, environ, make_outcome):
 
 
 def _recover_held(out, workdir, path, found, environ, make_outcome, append_line=True):
-    data, ws = found
+    data, ws = found[0], workspace.checked(found[1], environ)
     if os.path.realpath(os.path.dirname(ws.path)) != os.path.realpath(workdir):
         return None   # a manifest naming a directory elsewhere is not one this batch made
     line = None

@@ -42,7 +42,6 @@ from dataclasses import dataclass, replace
 from nagent_batch_tasks import is_url
 from nagent_errors import NagentError
 from nagent_fs import atomic_write, read_regular
-from nagent_paths import within
 from nagent_project import git_command, git_environ
 from nagent_shadow_git import init_git_dir
 
@@ -140,10 +139,17 @@ def _admin_dir(path, repo, environ):
     return _owned_admin(path, repo, os.path.realpath(admin), environ) if admin else None
 
 
+def checked(ws, environ):
+    """`ws` as read back from a record its attempt's own commands may have rewritten (a batch
+    manifest), with an admin directory only when it is the workspace's own (`_owned_admin`):
+    `remove` deletes it and `diff` reads the repository through it."""
+    admin = _owned_admin(ws.path, ws.repo, ws.admin, environ) if ws.admin else None
+    return replace(ws, admin=admin)
+
+
 def _owned_admin(path, repo, admin, environ):
     """`admin` when it is a directory right under the repository's worktrees/ whose `gitdir`
-    names this workspace's .git; else None. What a recorded admin directory must be before it
-    is read or removed: a manifest is data the attempt's own commands may have rewritten."""
+    names this workspace's .git; else None."""
     if not isinstance(admin, str) or not os.path.isabs(admin):
         return None
     common = git(repo, "rev-parse", "--git-common-dir", environ=environ, check=False)
@@ -152,7 +158,7 @@ def _owned_admin(path, repo, admin, environ):
         return None
     worktrees = os.path.join(os.path.realpath(os.path.join(repo, named)), "worktrees")
     real = os.path.realpath(admin)
-    if os.path.dirname(real) != worktrees or not within(real, worktrees):
+    if os.path.dirname(real) != worktrees:
         return None
     try:
         gitdir = read_regular(os.path.join(real, "gitdir"), 1 << 16)
@@ -177,9 +183,8 @@ def _git_store(ws, environ):
         common = os.path.join(ws.path, ".git")   # read as data only: objects and the index
         index = os.path.join(common, "index")
     else:
-        admin = _owned_admin(ws.path, ws.repo, ws.admin, environ) if ws.admin else None
-        if admin:
-            common, index = os.path.dirname(os.path.dirname(admin)), os.path.join(admin, "index")
+        if ws.admin:
+            common, index = os.path.dirname(os.path.dirname(ws.admin)), os.path.join(ws.admin, "index")
         else:
             found = git(ws.repo, "rev-parse", "--path-format=absolute", "--git-common-dir",
                         environ=environ)
@@ -243,7 +248,6 @@ def remove(ws, environ):
                 return "some files could not be deleted"
     finally:
         os.close(parent_fd)
-    admin = _owned_admin(ws.path, ws.repo, ws.admin, environ) if ws.admin else None
-    if admin and os.path.isdir(admin):
-        shutil.rmtree(admin, ignore_errors=True)
+    if ws.admin and os.path.isdir(ws.admin):
+        shutil.rmtree(ws.admin, ignore_errors=True)
     return None

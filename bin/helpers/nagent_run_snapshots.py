@@ -331,7 +331,7 @@ class RunSnapshots:
         if watch is None:
             return ("still being set up" if self.watching.is_alive() else
                     f"refused here: {self.watch_refused}")
-        return f"gave up: {watch.reason}" if watch.broken else "in use"
+        return "in use" if watch.reason is None else f"gave up: {watch.reason}"
 
     def _unwatch(self):
         if self.watching is not None:

@@ -213,8 +213,7 @@ class TreeWatch:
         self.user_git = user_git      # bytes or None: the project's own .git directory
         self.paths = {}               # watch descriptor -> (kind, path): "dir" or "file"
         self.dirty = True             # the first call always answers True
-        self.broken = False
-        self.reason = None            # why `changed` answers True from now on
+        self.reason = None            # why `changed` answers True from now on (None: it holds)
         self.identity = None          # (st_dev, st_ino) of the root when the watch started
         self.mount_poll = self.mount_file = self.mount_view = None
 
@@ -386,7 +385,7 @@ class TreeWatch:
             pass    # gone again: its event already made the interval dirty
 
     def changed(self):
-        if self.broken:
+        if self.reason is not None:
             return True
         try:
             while True:
@@ -406,7 +405,7 @@ class TreeWatch:
             if (info.st_dev, info.st_ino) != self.identity:
                 raise Unwatchable("the root is another directory now")
         except (Unwatchable, OSError, ValueError) as error:
-            self.broken, self.reason = True, str(error) or type(error).__name__
+            self.reason = str(error) or type(error).__name__
             return True
         dirty, self.dirty = self.dirty, False
         return dirty
@@ -445,7 +444,7 @@ class TreeWatch:
     def give_up(self):
         """The caller knows something the watch cannot see changed what counts: from now on
         `changed` is always True."""
-        self.broken, self.reason = True, "given up"
+        self.reason = "given up"
 
     def close(self):
         fd, self.fd = self.fd, None
